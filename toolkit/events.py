@@ -1,0 +1,195 @@
+"""Typed, JSON-serialisable events: the spine every UI and the run store consume (STYLE R6).
+
+Each kind is a frozen dataclass holding plain data (str, int, float, lists, dicts) and never a
+tensor. ``to_dict`` adds a ``"type"`` tag so a run's ``events.jsonl`` can be replayed with
+:func:`event_from_dict`. ``nan`` stands for "not measured" in float fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base class: every event serialises to a flat dict with a ``type`` key."""
+
+    kind: ClassVar[str] = "Event"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data dict with ``type``; non-finite floats become None (valid JSON)."""
+        data = {"type": self.kind}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            data[f.name] = None if isinstance(value, float) and not math.isfinite(value) else value
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted(Event):
+    """A pruning run began; ``linears`` lists the qualified names of every linear to prune."""
+
+    kind: ClassVar[str] = "RunStarted"
+    run_id: str
+    model: str
+    method: str
+    sparsity: str
+    options: dict[str, Any]
+    protocol: dict[str, Any]
+    num_layers: int
+    linears: list[str]
+    device: str
+
+
+@dataclass(frozen=True, slots=True)
+class LayerStarted(Event):
+    """Decoder layer ``layer`` (0-based) of ``num_layers`` is on the device."""
+
+    kind: ClassVar[str] = "LayerStarted"
+    layer: int
+    num_layers: int
+    groups: list[list[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class SublayerPruned(Event):
+    """One linear was pruned.
+
+    ``rel_error`` is ‖Ŵx − Wx‖/‖Wx‖ over the calibration inputs the linear sees in the pruned
+    model; ``rel_error_dense`` compares with the dense layer's own inputs when those were
+    gathered (nan otherwise). ``damping`` is the final Hessian damping (nan if none).
+    """
+
+    kind: ClassVar[str] = "SublayerPruned"
+    layer: int
+    name: str
+    shape: list[int]
+    sparsity: float
+    rel_error: float
+    rel_error_dense: float
+    damping: float
+    seconds: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SolverStep(Event):
+    """One iteration of an iterative solver: ``objective`` and any further named ``values``."""
+
+    kind: ClassVar[str] = "SolverStep"
+    layer: int
+    name: str
+    solver: str
+    step: int
+    objective: float
+    values: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LambdaStep(Event):
+    """One outer round of FISTAPruner's λ bisection (bounds, errors, ratio against ξ)."""
+
+    kind: ClassVar[str] = "LambdaStep"
+    layer: int
+    name: str
+    round: int
+    lam: float
+    lam_low: float
+    lam_high: float
+    e_total: float
+    e_round: float
+    ratio: float
+    xi: float
+    sparsity_before_rounding: float
+    improved: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStep(Event):
+    """One column block of a block-wise solver (Thanos): weights removed, error, time."""
+
+    kind: ClassVar[str] = "BlockStep"
+    layer: int
+    name: str
+    block: int
+    removed: int
+    error: float
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class LayerDone(Event):
+    """Decoder layer finished: ``output_rel_error`` = ‖f̂(x) − f(x)‖/‖f(x)‖ vs the dense layer."""
+
+    kind: ClassVar[str] = "LayerDone"
+    layer: int
+    num_layers: int
+    output_rel_error: float
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class EvalPoint(Event):
+    """A perplexity measurement; ``which`` is "dense" or "pruned"."""
+
+    kind: ClassVar[str] = "EvalPoint"
+    dataset: str
+    which: str
+    ppl: float
+    seq_len: int
+    windows: int
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunWarning(Event):
+    """Something the user should know (damping escalated, a fallback taken)."""
+
+    kind: ClassVar[str] = "Warning"
+    message: str
+    layer: int = -1
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished(Event):
+    """The run completed; ``result`` is the run's result dict (the CLI's ``--json``)."""
+
+    kind: ClassVar[str] = "RunFinished"
+    achieved_sparsity: float
+    prune_seconds: float
+    ppl: dict[str, float]
+    dense_ppl: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class RunFailed(Event):
+    """The run stopped early; ``cancelled`` distinguishes a user's cancel from an error."""
+
+    kind: ClassVar[str] = "RunFailed"
+    error: str
+    cancelled: bool
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (
+        RunStarted, LayerStarted, SublayerPruned, SolverStep, LambdaStep, BlockStep,
+        LayerDone, EvalPoint, RunWarning, RunFinished, RunFailed,
+    )
+}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event from :meth:`Event.to_dict` output (None floats become nan)."""
+    data = dict(data)
+    cls = EVENT_TYPES[data.pop("type")]
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            value = data[f.name]
+            kwargs[f.name] = math.nan if value is None and f.type == "float" else value
+    return cls(**kwargs)

@@ -1,0 +1,233 @@
+"""The contract between the engine and the methods (STYLE R2, R3, R11).
+
+A method is a pure solver: it receives one linear's weight ``W`` (out, in) in float32, the
+statistics it declared in :attr:`MethodSpec.needs`, a sparsity :data:`Target` and its config,
+and returns a :class:`PruneResult`. It never runs the model, registers hooks or mutates ``W``.
+
+Statistics (tokens are the calibration tokens, x ∈ R^in the input of the linear):
+- ``gram``   G* = Σ x* x*ᵀ / N           (in, in)  inputs in the (partly) pruned model
+- ``cross``  C  = Σ x* xᵀ / N            (in, in)  pruned-path inputs against dense-layer inputs
+- ``dense_gram`` G = Σ x xᵀ / N          (in, in)  dense-layer inputs
+- ``col_sq_norms`` ‖X*_j‖² / N = diag(G*) (in,)
+All are means over the N = ``count`` tokens, so their scale does not depend on nsamples; multiply
+by ``count`` for the sums the papers write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from toolkit.errors import NumericalError, RunCancelled, ToolkitError
+from toolkit.events import Event, RunWarning
+from toolkit.sparsity import NM, Structured, Target, Unstructured
+
+SOLVER_DTYPE = torch.float32  # statistics and solves (R3); float64 where a solve asks for it
+
+
+class Stat(enum.Enum):
+    """Statistics a method may ask the engine for."""
+
+    GRAM = "gram"
+    CROSS = "cross"
+    DENSE_GRAM = "dense_gram"
+
+
+@dataclass
+class LinearStats:
+    """Calibration statistics of one linear (see the module docstring for definitions)."""
+
+    gram: Tensor
+    count: int
+    cross: Tensor | None = None
+    dense_gram: Tensor | None = None
+
+    @property
+    def col_sq_norms(self) -> Tensor:
+        """‖X_j‖²/N for every input column j: the diagonal of the Gram matrix."""
+        return torch.diagonal(self.gram)
+
+
+@dataclass
+class SolveContext:
+    """What a solver may do besides computing: emit events, honour cancellation."""
+
+    layer: int = 0
+    name: str = ""
+    emit: Callable[[Event], None] = lambda event: None
+    cancelled: Callable[[], bool] = lambda: False
+
+    def check_cancel(self) -> None:
+        """A cancellation point: raise :class:`RunCancelled` when the run was cancelled."""
+        if self.cancelled():
+            raise RunCancelled("cancelled")
+
+    def warn(self, message: str) -> None:
+        """Emit a :class:`RunWarning` attributed to this linear."""
+        self.emit(RunWarning(message=message, layer=self.layer, name=self.name))
+
+
+@dataclass
+class PruneResult:
+    """A solver's answer: new weight (out, in) float32 with zeros where ``keep_mask`` is False."""
+
+    weight: Tensor
+    keep_mask: Tensor
+    damping: float = math.nan
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+PruneFn = Callable[[Tensor, LinearStats, Target, Any, SolveContext], PruneResult]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registry entry: name, solver, config dataclass, needed statistics, supported targets."""
+
+    name: str
+    fn: PruneFn
+    config: type
+    needs: frozenset[Stat]
+    targets: tuple[type, ...] = (Unstructured, NM)
+    summary: str = ""
+    sequential: str = "layer"  # the engine's default grouping for this method (its reference code)
+
+    def supports(self, target: Target) -> bool:
+        """True if the method can meet this kind of target."""
+        return isinstance(target, self.targets)
+
+    def make_config(self, options: dict[str, Any] | None = None) -> Any:
+        """Build the config from ``options`` (strings from ``--set`` are converted by type)."""
+        return build_config(self.config, options or {}, self.name)
+
+    def describe_options(self) -> list[dict[str, Any]]:
+        """Each option's name, type, default and help (the ``metadata['help']`` of the field)."""
+        hints = typing.get_type_hints(self.config)
+        return [
+            {
+                "name": f.name,
+                "type": _type_name(hints[f.name]),
+                "default": f.default,
+                "help": f.metadata.get("help", ""),
+                "choices": list(f.metadata.get("choices", ())),
+            }
+            for f in dataclasses.fields(self.config)
+        ]
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(raw: Any, tp: Any, name: str, method: str) -> Any:
+    if not isinstance(raw, str):
+        if tp is float and isinstance(raw, int | float) and not isinstance(raw, bool):
+            return float(raw)
+        if tp is int and isinstance(raw, int) and not isinstance(raw, bool):
+            return raw
+        if tp is bool and isinstance(raw, bool) or tp is str and isinstance(raw, str):
+            return raw
+        raise ToolkitError(f"option {name} of {method} must be {_type_name(tp)}, got {raw!r}")
+    text = raw.strip()
+    try:
+        if tp is bool:
+            if text.lower() in ("true", "1", "yes", "on"):
+                return True
+            if text.lower() in ("false", "0", "no", "off"):
+                return False
+            raise ValueError(text)
+        if tp is int:
+            return int(text)
+        if tp is float:
+            return float(text)
+    except ValueError:
+        raise ToolkitError(
+            f"option {name} of {method} must be {_type_name(tp)}, got {raw!r}"
+        ) from None
+    return text
+
+
+def build_config(cls: type, options: dict[str, Any], method: str) -> Any:
+    """Instantiate the config dataclass ``cls`` from user ``options`` with clear errors."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, raw in options.items():
+        if key not in fields:
+            from toolkit.methods.registry import suggest
+
+            raise ToolkitError(
+                f"{method} has no option {key!r}.{suggest(key, fields)} "
+                f"Options: {', '.join(fields) or 'none'}"
+            )
+        value = _convert(raw, hints[key], key, method)
+        choices = fields[key].metadata.get("choices")
+        if choices and value not in choices:
+            raise ToolkitError(f"option {key} of {method} must be one of {list(choices)}, got {value!r}")
+        kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except ToolkitError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ToolkitError(f"invalid options for {method}: {exc}") from None
+
+
+def option(default: Any, help: str, choices: tuple = ()) -> Any:  # noqa: A002 - dataclass field help
+    """A config field with its help text (shown by ``python -m toolkit methods`` and the app)."""
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+def damped_cholesky_inverse(
+    H: Tensor, damp_frac: float, ctx: SolveContext, max_tries: int = 6
+) -> tuple[Tensor, float]:
+    """Upper Cholesky factor U of (H + δ·mean(diag H)·I)⁻¹, with δ escalating ×10 on failure.
+
+    Returns ``(U, damping)`` with ``U`` (in, in) upper-triangular such that Uᵀ U = (H + δ̄ I)⁻¹:
+    row i of U gives the OBS quantities of the SparseGPT sweep ([H_F⁻¹]_ii = U_ii²). Dead inputs
+    (zero diagonal) must be handled by the caller. Raises :class:`NumericalError` after
+    ``max_tries`` escalations and emits a Warning event for every escalation.
+    """
+    mean_diag = torch.mean(torch.diagonal(H)).item()
+    if not math.isfinite(mean_diag):
+        raise NumericalError(f"{ctx.name}: the Hessian has non-finite entries; check the inputs")
+    scale = mean_diag if mean_diag > 0 else 1.0
+    damp = damp_frac
+    eye = torch.eye(H.shape[0], dtype=H.dtype, device=H.device)
+    for attempt in range(max_tries):
+        L, info = torch.linalg.cholesky_ex(H + damp * scale * eye)
+        if int(info) == 0:
+            Hinv = torch.cholesky_inverse(L)
+            U, info2 = torch.linalg.cholesky_ex(Hinv, upper=True)
+            if int(info2) == 0 and torch.isfinite(U).all():
+                return U, damp
+        if attempt + 1 < max_tries:
+            ctx.warn(f"Cholesky failed at damping {damp:g}; retrying with {damp * 10:g}")
+            damp *= 10
+    raise NumericalError(
+        f"{ctx.name}: Cholesky failed even at damping {damp:g}; increase damp_frac or nsamples"
+    )
+
+
+def zero_dead_inputs(W: Tensor, H: Tensor) -> tuple[Tensor, Tensor]:
+    """Inputs that are always zero carry no information: set H_jj = 1 and W_:j = 0 (SparseGPT)."""
+    dead = torch.diagonal(H) == 0
+    if bool(dead.any()):
+        H = H.clone()
+        W = W.clone()
+        H[dead, dead] = 1.0
+        W[:, dead] = 0.0
+    return W, H
+
+
+def structured_supported() -> tuple[type, ...]:
+    """Targets tuple for methods that support all three patterns."""
+    return (Unstructured, NM, Structured)

