@@ -41,7 +41,14 @@ def _wiki_text(split: str) -> str:
     data = json.loads(path.read_text(encoding="utf-8"))
     titles = sorted(data)
     chosen = [t for i, t in enumerate(titles) if (i % 10 == 0) == (split == "test")]
-    return "\n\n".join(data[t] for t in chosen)
+    return "\n\n".join(_extract(data[t]) for t in chosen)
+
+
+def _extract(entry: object) -> str:
+    """The lead-section text of one article (entries are {"title", "extract"} objects)."""
+    if isinstance(entry, dict):
+        return str(entry.get("extract", ""))
+    return str(entry)
 
 
 def _online_text(name: str, split: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,7 +89,8 @@ def tiny_config(family: str):  # noqa: ANN201 - a transformers PretrainedConfig
         return OPTConfig(vocab_size=vocab, hidden_size=64, ffn_dim=128, num_hidden_layers=2,
                          num_attention_heads=4, max_position_embeddings=512, word_embed_proj_dim=64)
     if family == "gpt2":
-        return GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=512)
+        return GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=512,
+                          bos_token_id=ByteCodec.bos_id, eos_token_id=ByteCodec.bos_id)
     raise ToolkitError(f"unknown tiny family {family!r}: use one of {', '.join(TINY_FAMILIES)}")
 
 
@@ -119,17 +121,32 @@ def _load_gguf(path: Path) -> LoadedModel:
     return LoadedModel(model, codec, str(path), f"{path.name} (GGUF, dequantized)")
 
 
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """One quick TCP connect, so an offline machine fails at once instead of retrying for minutes."""
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return False
+    host = os.environ.get("HF_ENDPOINT", "https://huggingface.co").split("://")[-1].split("/")[0]
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
 def _load_hub(name: str, trust_remote_code: bool) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    local_only = not _hub_reachable()
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            name, use_safetensors=True, dtype=torch.float32, trust_remote_code=trust_remote_code
+            name, use_safetensors=True, dtype=torch.float32, trust_remote_code=trust_remote_code,
+            local_files_only=local_only,
         )
-        codec = HFCodec(AutoTokenizer.from_pretrained(name))
-    except OSError as exc:
+        codec = HFCodec(AutoTokenizer.from_pretrained(name, local_files_only=local_only))
+    except (OSError, ValueError) as exc:
+        where = "the local Hugging Face cache (the hub is not reachable)" if local_only else "the Hugging Face hub"
         raise ToolkitError(
-            f"could not load model {name!r} from the Hugging Face hub ({str(exc).splitlines()[0]}). "
+            f"could not load model {name!r} from {where} ({str(exc).splitlines()[0]}). "
             f"Offline, use the embedded {EMBEDDED!r}, a local checkpoint directory or a .gguf file"
         ) from None
     return LoadedModel(model, codec, name, f"{name} (Hugging Face hub)")

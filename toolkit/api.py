@@ -1,0 +1,189 @@
+"""The one public door (DESIGN.md): the CLI, the app and the widgets use only this module.
+
+- :class:`RunConfig`: everything a run needs, validated once.
+- :func:`run`: an event generator (the engine runs in a worker thread so solver events arrive
+  live); closing the generator cancels the run.
+- :func:`prune_model`: the same run, drained, with an ``on_event`` callback; returns the result.
+- :func:`list_methods`, :func:`list_runs`, :func:`open_run`: registry and run store for the UIs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.errors import RunCancelled, ToolkitError
+from toolkit.events import Event, RunFailed
+from toolkit.methods import METHODS, get_method
+from toolkit.runs import RunRecord, find_finished, list_runs, open_run
+from toolkit.sparsity import NM, Structured, Unstructured, parse_sparsity
+
+__all__ = [
+    "CancelToken", "RunConfig", "evaluate_model", "find_finished", "list_methods", "list_runs", "open_run", "prune_model", "run",
+]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One pruning run: model, method, target, calibration and evaluation protocol, engine options."""
+
+    model: str = "smollm2-135m"
+    method: str = "wanda"
+    sparsity: str = "50%"
+    options: dict[str, Any] = field(default_factory=dict)  # the method's --set key=value
+    calib: str = "wiki"
+    nsamples: int = 32
+    seqlen: int = 512
+    seed: int = 0
+    eval_data: str | None = "wiki"  # None: no evaluation
+    eval_seqlen: int = 512
+    eval_windows: int | None = None  # None: all windows
+    eval_dense: bool = False
+    device: str = "auto"
+    propagate: str = "pruned"
+    sequential: str | None = None
+    batch_size: int = 8
+    out_dir: str = "runs"
+    save_model: bool = False
+
+    def __post_init__(self) -> None:
+        spec = get_method(self.method)
+        target = parse_sparsity(self.sparsity)
+        if not spec.supports(target):
+            kinds = ", ".join(_target_kinds(spec))
+            raise ToolkitError(f"{self.method} supports {kinds}, not {self.sparsity!r}")
+        spec.make_config(self.options)
+        if self.nsamples < 1 or self.seqlen < 2 or self.eval_seqlen < 2:
+            raise ToolkitError("nsamples must be ≥ 1 and seqlen, eval-seqlen ≥ 2")
+        if self.eval_windows is not None and self.eval_windows < 1:
+            raise ToolkitError("eval-windows must be ≥ 1 (leave it out for all windows)")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (config.json)."""
+        return dataclasses.asdict(self)
+
+    def reuse_key(self) -> dict[str, Any]:
+        """The fields that make two runs the same experiment (for sweep reuse)."""
+        data = self.to_dict()
+        for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense"):
+            data.pop(volatile)
+        return data
+
+
+class CancelToken:
+    """Set from any thread; the engine checks it at every linear, solver round and batch."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        """Ask the run to stop at its next cancellation point."""
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once :meth:`cancel` was called."""
+        return self._event.is_set()
+
+
+def _target_kinds(spec: Any) -> list[str]:
+    names = {Unstructured: "unstructured (50%)", NM: "n:m (2:4)", Structured: "structured (structured:30%)"}
+    return [names[t] for t in spec.targets if t in names]
+
+
+def list_methods() -> list[dict[str, Any]]:
+    """Every registered method: name, summary, options (name/type/default/help/choices), patterns."""
+    return [
+        {"name": spec.name, "summary": spec.summary, "options": spec.describe_options(),
+         "patterns": [t.__name__.lower() for t in spec.targets]}
+        for spec in METHODS.values()
+    ]
+
+
+def prune_model(
+    config: RunConfig, *, on_event: Callable[[Event], None] | None = None, cancel: CancelToken | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``config`` to the end in this thread; returns the result dict (result.json).
+
+    Raises :class:`ToolkitError` for bad input, :class:`RunCancelled` when cancelled; the run
+    store marks either outcome and the model is restored.
+    """
+    from toolkit.pipeline import execute
+
+    return execute(config, on_event or (lambda event: None), cancel or CancelToken(), on_progress)
+
+
+def run(config: RunConfig, cancel: CancelToken | None = None) -> Iterator[Event]:
+    """Yield the run's events as they happen, ending with RunFinished or RunFailed.
+
+    Bad input raises :class:`ToolkitError` before anything is written; a failure later is
+    reported as a RunFailed event (the run store marks it). Closing the generator (e.g. a
+    browser tab going away) cancels the run and waits for the worker to stop.
+    """
+    from toolkit.pipeline import execute
+
+    token = cancel or CancelToken()
+    events: queue.Queue = queue.Queue()
+    done = object()
+    failure: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            execute(config, events.put, token, None)
+        except (ToolkitError, RunCancelled) as exc:
+            failure.append(exc)
+        except Exception as exc:  # noqa: BLE001 - reported to the consumer as RunFailed, never lost
+            failure.append(exc)
+        finally:
+            events.put(done)
+
+    thread = threading.Thread(target=worker, name="prunelab-run", daemon=True)
+    thread.start()
+    started = False
+    try:
+        while True:
+            item = events.get()
+            if item is done:
+                break
+            started = True
+            yield item
+        if failure and not started:
+            raise failure[0]
+    finally:
+        if thread.is_alive():
+            token.cancel()
+            thread.join()
+
+
+def replay(record: RunRecord) -> list[Event]:
+    """The events of a stored run, for re-drawing its plots."""
+    return record.events()
+
+
+def failed_event(exc: BaseException) -> RunFailed:
+    """The RunFailed event for an exception (one line, no traceback)."""
+    return RunFailed(error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                     cancelled=isinstance(exc, RunCancelled))
+
+
+def evaluate_model(
+    model: str, *, data: str = "wiki", seq_len: int = 512, max_windows: int | None = None, device: str = "auto"
+) -> tuple[float, dict[str, Any]]:
+    """Perplexity of ``model`` on the test split of ``data``; returns (ppl, protocol)."""
+    from toolkit.data import eval_windows, load_tokens
+    from toolkit.engine import resolve_device
+    from toolkit.evaluate import perplexity
+    from toolkit.models import load_model
+    from toolkit.pipeline import bos_id
+
+    loaded = load_model(model)
+    windows = eval_windows(load_tokens(data, "test", loaded.codec), seq_len, max_windows, bos_id(loaded))
+    value = perplexity(loaded.model, windows, resolve_device(device))
+    protocol = {"model": loaded.name, "model_label": loaded.label, "dataset": data, "split": "test",
+                "seqlen": seq_len, "windows": int(windows.shape[0]), "tokens": int(windows.numel())}
+    return value, protocol

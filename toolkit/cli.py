@@ -1,0 +1,166 @@
+"""The command line: ``python -m toolkit prune | eval | methods | runs``.
+
+A user's mistake prints one line starting with ``error:`` and exits with 2 (no traceback);
+a cancelled run (Ctrl-C) exits with 130 and is marked cancelled in the run store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from toolkit.errors import RunCancelled, ToolkitError
+
+
+def _parse_set(items: Sequence[str]) -> dict[str, str]:
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ToolkitError(f"--set takes key=value, got {item!r}")
+        options[key.strip()] = value.strip()
+    return options
+
+
+def _windows(text: str | None) -> int | None:
+    if text is None or text == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ToolkitError(f"--eval-windows takes a number or 'all', got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (sub-commands prune, eval, methods, runs)."""
+    parser = argparse.ArgumentParser(prog="python -m toolkit", description="PruneLab: post-training pruning of LLMs")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prune", help="prune a model and evaluate it")
+    p.add_argument("--model", default="smollm2-135m", help="smollm2-135m | tiny-llama | DIR | FILE.gguf | HF id")
+    p.add_argument("--method", default="wanda", help="see `python -m toolkit methods`")
+    p.add_argument("--sparsity", default="50%", help="50%%, 0.5, 2:4, 4:8, structured:30%%")
+    p.add_argument("--calib", default="wiki", help="wiki | wikitext2 | c4 | ptb | FILE.txt")
+    p.add_argument("--nsamples", type=int, default=32)
+    p.add_argument("--seqlen", type=int, default=512)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval", default="wiki", help="evaluation text, or 'none'")
+    p.add_argument("--eval-seqlen", type=int, default=512)
+    p.add_argument("--eval-windows", default=None, help="score only the first N windows (default: all)")
+    p.add_argument("--eval-dense", action="store_true", help="also report the dense perplexity (cached)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a method option")
+    p.add_argument("--propagate", default="pruned", choices=("pruned", "dense"))
+    p.add_argument("--sequential", default=None, choices=("group", "layer"), help="default: the method's")
+    p.add_argument("--batch-size", type=int, default=8, help="calibration windows per forward pass")
+    p.add_argument("--out", default=None, help="run store folder; given, the pruned model is saved there too")
+    p.add_argument("--save-model", action="store_true", help="save the pruned checkpoint in the run folder")
+    p.add_argument("--json", default=None, help="write the result object to this file")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    e = sub.add_parser("eval", help="perplexity of a model")
+    e.add_argument("--model", default="smollm2-135m")
+    e.add_argument("--data", default="wiki")
+    e.add_argument("--seqlen", type=int, default=512)
+    e.add_argument("--windows", default=None)
+    e.add_argument("--device", default="auto")
+    m = sub.add_parser("methods", help="methods, their options and the sparsity patterns they support")
+    m.add_argument("--json", action="store_true")
+    r = sub.add_parser("runs", help="list the run store")
+    r.add_argument("--out", default="runs")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "prune":
+            return _prune(args)
+        if args.command == "eval":
+            return _eval(args)
+        if args.command == "methods":
+            return _methods(args)
+        return _runs(args)
+    except ToolkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (RunCancelled, KeyboardInterrupt):
+        print("cancelled: the run is marked cancelled and the model was not changed", file=sys.stderr)
+        return 130
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from toolkit.api import RunConfig, prune_model
+    from toolkit.cli_view import ProgressView, layer_table
+
+    eval_data = None if args.eval.lower() == "none" else args.eval
+    config = RunConfig(
+        model=args.model, method=args.method, sparsity=args.sparsity, options=_parse_set(args.set),
+        calib=args.calib, nsamples=args.nsamples, seqlen=args.seqlen, seed=args.seed, eval_data=eval_data,
+        eval_seqlen=args.eval_seqlen, eval_windows=_windows(args.eval_windows), eval_dense=args.eval_dense,
+        device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
+        out_dir=args.out or "runs", save_model=args.save_model or args.out is not None,
+    )
+    view = ProgressView()
+    try:
+        result = prune_model(config, on_event=view.on_event, on_progress=view.on_progress)
+    finally:
+        view.close()
+    print(layer_table(result))
+    _summary(result)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=2)
+        print(f"result written to {args.json}")
+    return 0
+
+
+def _summary(result: dict[str, Any]) -> None:
+    print(f"method {result['method']}  sparsity {result['sparsity']}  achieved {result['achieved_sparsity']:.4f}  "
+          f"prune {result['prune_seconds']:.1f} s  peak RSS {result['peak_rss_mb']:.0f} MiB  device {result['device']}")
+    for name, value in result["dense_ppl"].items():
+        print(f"dense  ppl ({name}): {value:.3f}")
+    for name, value in result["ppl"].items():
+        print(f"pruned ppl ({name}): {value:.3f}")
+    print(f"run record: {result['run_dir']}")
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from toolkit.api import evaluate_model
+
+    value, protocol = evaluate_model(args.model, data=args.data, seq_len=args.seqlen,
+                                     max_windows=_windows(args.windows), device=args.device)
+    print(f"ppl ({args.data}, seqlen {args.seqlen}, {protocol['windows']} windows, {protocol['tokens']} tokens): "
+          f"{value:.3f}" if math.isfinite(value) else "ppl: not finite")
+    return 0
+
+
+def _methods(args: argparse.Namespace) -> int:
+    from toolkit.api import list_methods
+
+    methods = list_methods()
+    if args.json:
+        print(json.dumps(methods, indent=2, default=str))
+        return 0
+    for method in methods:
+        print(f"{method['name']:<10} {method['summary']}")
+        print(f"{'':<10} patterns: {', '.join(method['patterns'])}")
+        for opt in method["options"]:
+            choices = f" (one of {opt['choices']})" if opt["choices"] else ""
+            print(f"{'':<10} --set {opt['name']}=<{opt['type']}> default {opt['default']!r}{choices}: {opt['help']}")
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from toolkit.api import list_runs
+
+    for record in list_runs(args.out):
+        cfg, res = record.config, record.result or {}
+        ppl = ", ".join(f"{k} {v:.2f}" for k, v in res.get("ppl", {}).items())
+        print(f"{record.run_id:<48} {record.status:<11} {cfg.get('model', '?'):<14} {cfg.get('method', '?'):<10} "
+              f"{cfg.get('sparsity', '?'):<8} {ppl}")
+    return 0

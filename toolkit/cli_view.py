@@ -1,0 +1,68 @@
+"""Terminal view of a run: tqdm bars fed by events (an adapter, STYLE R7) and the layer table."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from toolkit.events import Event, LayerDone, LayerStarted, RunStarted, RunWarning, SublayerPruned
+
+
+class ProgressView:
+    """A bar over decoder layers, one over evaluation windows, Warning events printed above."""
+
+    def __init__(self) -> None:
+        self._layers: tqdm | None = None
+        self._eval: dict[str, tqdm] = {}
+
+    def on_event(self, event: Event) -> None:
+        """Advance the bars from engine events."""
+        if isinstance(event, RunStarted):
+            self._layers = tqdm(total=event.num_layers, desc=f"prune {event.method} {event.sparsity}", unit="layer",
+                                leave=True)
+        elif isinstance(event, LayerStarted) and self._layers is not None:
+            self._layers.set_postfix_str(f"layer {event.layer}")
+        elif isinstance(event, SublayerPruned) and self._layers is not None:
+            self._layers.set_postfix_str(f"layer {event.layer} {event.name} err {event.rel_error:.3f}")
+        elif isinstance(event, LayerDone) and self._layers is not None:
+            self._layers.update(1)
+        elif isinstance(event, RunWarning):
+            tqdm.write(f"warning: {event.message}" + (f" (layer {event.layer} {event.name})" if event.layer >= 0 else ""))
+
+    def on_progress(self, stage: str, done: int, total: int) -> None:
+        """Evaluation progress (windows scored)."""
+        bar = self._eval.get(stage)
+        if bar is None:
+            bar = self._eval[stage] = tqdm(total=total, desc=stage, unit="window", leave=False)
+        bar.n = done
+        bar.refresh()
+        if done >= total:
+            bar.close()
+
+    def close(self) -> None:
+        """Close every bar."""
+        if self._layers is not None:
+            self._layers.close()
+        for bar in self._eval.values():
+            bar.close()
+
+
+def layer_table(result: dict[str, Any]) -> str:
+    """Per decoder layer: the relative reconstruction error of every linear (columns) and sparsity."""
+    by_layer: dict[int, dict[str, float]] = defaultdict(dict)
+    sparsity: dict[int, list[float]] = defaultdict(list)
+    names: list[str] = []
+    for row in result["layers"]:
+        short = row["name"].split(".")[-1]
+        if short not in names:
+            names.append(short)
+        by_layer[row["layer"]][short] = row["rel_error"]
+        sparsity[row["layer"]].append(row["sparsity"])
+    header = "layer " + " ".join(f"{n[:9]:>9}" for n in names) + "  sparsity"
+    lines = ["relative reconstruction error ‖ΔW X‖/‖W X‖ per linear", header]
+    for layer in sorted(by_layer):
+        cells = " ".join(f"{by_layer[layer].get(n, float('nan')):>9.4f}" for n in names)
+        lines.append(f"{layer:>5} {cells}  {sum(sparsity[layer]) / len(sparsity[layer]):.4f}")
+    return "\n".join(lines)
