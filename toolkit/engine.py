@@ -104,6 +104,7 @@ class _Run:
     cancelled: Callable[[], bool]
     on_mask: MaskSink
     result: EngineResult = field(default_factory=EngineResult)
+    layer: int = 0  # the decoder layer being pruned
     backup: list[tuple[nn.Module, Tensor]] = field(default_factory=list)
 
     @property
@@ -177,6 +178,7 @@ def _prune_layer(
     run: _Run, index: int, num_layers: int, layer: nn.Module, inputs: LayerInputs, groups: list[list[str]] | None
 ) -> tuple[list[list[str]], LayerInputs]:
     t0 = time.perf_counter()
+    run.layer = index
     linears = layer_linears(layer)
     if groups is None or {n for g in groups for n in g} - set(linears):
         groups = discover_groups(layer, linears, lambda: run_layer(layer, inputs, 0))
@@ -244,7 +246,7 @@ def _gather(
                     pass
         for name, stats in acc.items():
             stats.add(seen[name], dense_seen.get(name, seen[name]) if run.needs_cross else None)
-    return [acc[group[0]].finish(f"{group[0]}") for group in groups]
+    return [acc[group[0]].finish(f"layer {run.layer} {group[0]}") for group in groups]
 
 
 def run_cancel_check(run: _Run) -> None:

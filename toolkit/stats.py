@@ -59,7 +59,7 @@ class GroupStats:
         )
         if not torch.isfinite(stats.gram).all():
             raise NumericalError(
-                f"{where}: non-finite activations in the calibration statistics; "
+                f"{where}: non-finite (NaN/Inf) activations in the calibration statistics; "
                 "check the model weights (try --device cpu or a float32 checkpoint)"
             )
         return stats

@@ -210,8 +210,9 @@ def damped_cholesky_inverse(
             if int(info2) == 0 and torch.isfinite(U).all():
                 return U, damp
         if attempt + 1 < max_tries:
-            ctx.warn(f"Cholesky failed at damping {damp:g}; retrying with {damp * 10:g}")
-            damp *= 10
+            nxt = damp * 10 if damp > 0 else 1e-4
+            ctx.warn(f"Cholesky failed at damping {damp:g}; retrying with {nxt:g}")
+            damp = nxt
     raise NumericalError(
         f"{ctx.name}: Cholesky failed even at damping {damp:g}; increase damp_frac or nsamples"
     )

@@ -1,0 +1,34 @@
+"""Shared fixtures: correlated calibration statistics and a temporary cache for converted models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from toolkit.methods.base import LinearStats
+
+
+def correlated_stats(width: int, tokens: int = 4096, seed: int = 0) -> tuple[torch.Tensor, LinearStats]:
+    """Inputs X (tokens, width) with a random covariance (correlated features) and their Gram mean."""
+    gen = torch.Generator().manual_seed(seed)
+    mix = torch.randn(width, width, generator=gen) / width**0.5
+    scale = torch.exp(torch.randn(width, generator=gen))  # uneven column norms, as in LLM activations
+    X = torch.randn(tokens, width, generator=gen) @ mix * scale
+    return X, LinearStats(gram=X.T @ X / tokens, count=tokens)
+
+
+@pytest.fixture
+def stats256() -> tuple[torch.Tensor, LinearStats]:
+    """Correlated inputs of width 256."""
+    return correlated_stats(256)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Token caches and dense-ppl caches of the tests never touch the user's cache (the embedded
+    model cache is shared on purpose: converting it takes half a minute)."""
+    import os
+
+    if "PRUNELAB_CACHE" not in os.environ:
+        return
+    monkeypatch.setenv("PRUNELAB_CACHE", os.environ["PRUNELAB_CACHE"])

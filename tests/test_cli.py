@@ -1,0 +1,110 @@
+"""The CLI end to end on a tiny model: result keys, run store, export, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolkit.cli import main
+from toolkit.runs import list_runs, open_run
+
+RESULT_KEYS = {"model", "method", "options", "sparsity", "achieved_sparsity", "ppl", "dense_ppl", "prune_seconds",
+               "peak_rss_mb", "device", "protocol", "layers", "versions"}
+TINY = ["--model", "tiny-llama", "--nsamples", "4", "--seqlen", "64", "--eval-seqlen", "64", "--eval-windows", "3"]
+
+
+def test_prune_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "runs"
+    code = main(["prune", *TINY, "--method", "sparsegpt", "--sparsity", "2:4", "--eval-dense", "--set",
+                 "block_size=32", "--out", str(out), "--json", str(tmp_path / "r.json")])
+    assert code == 0
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert RESULT_KEYS <= set(result)
+    assert result["achieved_sparsity"] == pytest.approx(0.5)
+    assert result["options"]["block_size"] == 32
+    assert result["protocol"]["calibration"] == {"source": "wiki", "split": "train", "nsamples": 4, "seqlen": 64,
+                                                 "seed": 0, "tokens": 256}
+    assert result["protocol"]["evaluation"]["windows"] == 3
+    assert set(result["ppl"]) == {"wiki"} and set(result["dense_ppl"]) == {"wiki"}
+    assert len(result["layers"]) == 14 and all(r["sparsity"] == pytest.approx(0.5) for r in result["layers"])
+    printed = capsys.readouterr().out
+    assert "pruned ppl (wiki)" in printed and "q_proj" in printed
+    (record,) = list_runs(out)
+    assert record.status == "finished" and record.result is not None
+    kinds = [e.kind for e in record.events()]
+    assert kinds[0] == "RunStarted" and kinds[-1] == "RunFinished" and kinds.count("LayerDone") == 2
+    mask = record.load_mask(1, "mlp.down_proj")
+    assert mask.shape == (64, 128) and mask.mean() == pytest.approx(0.5)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(record.path / "model", use_safetensors=True)
+    weight = model.model.layers[1].mlp.down_proj.weight
+    assert float((weight == 0).float().mean()) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--method", "wandda"], "Did you mean: wanda"),
+    (["--sparsity", "1.2"], "outside [0, 1)"),
+    (["--sparsity", "4:2"], "0 < n < m"),
+    (["--sparsity", "3:7"], "divisible by 7"),
+    (["--nsamples", "100000"], "lower --nsamples"),
+    (["--calib", "nonexistent-source"], "nonexistent-source"),
+    (["--method", "sparsegpt", "--set", "block_size=big"], "must be int"),
+    (["--method", "sparsegpt", "--set", "blocksize=3"], "no option"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, argv: list[str], message: str) -> None:
+    out = tmp_path / "runs"
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "prune", *TINY, "--out", str(out), *argv],
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error:") and message in lines[-1]
+    assert "Traceback" not in proc.stderr
+    assert not any(r.status == "finished" for r in list_runs(out))
+
+
+def test_methods_lists_options(capsys: pytest.CaptureFixture) -> None:
+    assert main(["methods", "--json"]) == 0
+    methods = {m["name"]: m for m in json.loads(capsys.readouterr().out)}
+    assert {"magnitude", "wanda", "sparsegpt"} <= set(methods)
+    assert {o["name"] for o in methods["sparsegpt"]["options"]} >= {"block_size", "damp_frac"}
+
+
+def test_eval_command(capsys: pytest.CaptureFixture) -> None:
+    assert main(["eval", "--model", "tiny-gpt2", "--seqlen", "64", "--windows", "2"]) == 0
+    assert "2 windows" in capsys.readouterr().out
+
+
+def test_failed_run_is_marked_failed(tmp_path: Path) -> None:
+    """A failure after the run started (here: a NaN weight) leaves a 'failed' record, no result.json."""
+    from toolkit.api import RunConfig
+    from toolkit.errors import NumericalError
+    from toolkit.pipeline import execute
+
+    class Token:
+        cancelled = False
+
+    import toolkit.pipeline as pipeline
+
+    original = pipeline.load_model
+
+    def broken(name: str):  # noqa: ANN202
+        loaded = original(name)
+        loaded.model.model.layers[1].mlp.up_proj.weight.data[0, 0] = float("nan")
+        return loaded
+
+    pipeline.load_model = broken
+    try:
+        with pytest.raises(NumericalError, match="NaN"):
+            execute(RunConfig(model="tiny-llama", nsamples=2, seqlen=32, eval_data=None, out_dir=str(tmp_path)),
+                    lambda e: None, Token(), None)
+    finally:
+        pipeline.load_model = original
+    (record,) = list_runs(tmp_path)
+    assert record.status == "failed" and "NaN" in record.error
+    assert not (record.path / "result.json").exists()
+    assert open_run(record.path).events()[-1].kind == "RunFailed"
