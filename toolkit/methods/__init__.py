@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolkit.methods import magnitude, sparsegpt, wanda
+from toolkit.methods import fista, magnitude, sparsegpt, wanda
 from toolkit.methods.base import LinearStats, MethodSpec, PruneResult, SolveContext, Stat
 from toolkit.methods.registry import build_registry, lookup
 
@@ -11,6 +11,7 @@ METHODS: dict[str, MethodSpec] = build_registry(
         magnitude.SPEC,
         wanda.SPEC,
         sparsegpt.SPEC,
+        fista.SPEC,
     )
 )
 
