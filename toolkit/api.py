@@ -44,8 +44,8 @@ class RunConfig:
     eval_windows: int | None = None  # None: all windows
     eval_dense: bool = False
     device: str = "auto"
-    propagate: str = "pruned"
-    sequential: str | None = None
+    propagate: str | None = None  # None: the method's default (see `python -m toolkit methods`)
+    sequential: str | None = None  # None: the method's default
     batch_size: int = 8
     out_dir: str = "runs"
     save_model: bool = False
@@ -99,7 +99,8 @@ def list_methods() -> list[dict[str, Any]]:
     """Every registered method: name, summary, options (name/type/default/help/choices), patterns."""
     return [
         {"name": spec.name, "summary": spec.summary, "options": spec.describe_options(),
-         "patterns": [t.__name__.lower() for t in spec.targets]}
+         "patterns": [t.__name__.lower() for t in spec.targets],
+         "defaults": {"sequential": spec.sequential, "propagate": spec.propagate}}
         for spec in METHODS.values()
     ]
 

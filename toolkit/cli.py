@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-windows", default=None, help="score only the first N windows (default: all)")
     p.add_argument("--eval-dense", action="store_true", help="also report the dense perplexity (cached)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a method option")
-    p.add_argument("--propagate", default="pruned", choices=("pruned", "dense"))
+    p.add_argument("--propagate", default=None, choices=("pruned", "dense"), help="default: the method's")
     p.add_argument("--sequential", default=None, choices=("group", "layer"), help="default: the method's")
     p.add_argument("--batch-size", type=int, default=8, help="calibration windows per forward pass")
     p.add_argument("--out", default=None, help="run store folder; given, the pruned model is saved there too")
@@ -148,7 +148,8 @@ def _methods(args: argparse.Namespace) -> int:
         return 0
     for method in methods:
         print(f"{method['name']:<10} {method['summary']}")
-        print(f"{'':<10} patterns: {', '.join(method['patterns'])}")
+        print(f"{'':<10} patterns: {', '.join(method['patterns'])}; engine defaults: "
+              f"sequential={method['defaults']['sequential']}, propagate={method['defaults']['propagate']}")
         for opt in method["options"]:
             choices = f" (one of {opt['choices']})" if opt["choices"] else ""
             print(f"{'':<10} --set {opt['name']}=<{opt['type']}> default {opt['default']!r}{choices}: {opt['help']}")

@@ -46,14 +46,14 @@ SEQUENTIAL = ("group", "layer")
 class EngineConfig:
     """How the engine drives a run (the method's own options live in its config)."""
 
-    propagate: str = "pruned"  # layer i+1 sees the pruned or the dense outputs of layer i
+    propagate: str | None = None  # "pruned" | "dense" (layer i+1's inputs); None = the method's default
     sequential: str | None = None  # "group" | "layer"; None = the method's reference setting
     batch_size: int = 8  # calibration windows per forward pass
     device: str = "auto"  # "auto" = cuda when available, else cpu
     restore_on_failure: bool = True
 
     def __post_init__(self) -> None:
-        if self.propagate not in PROPAGATE:
+        if self.propagate is not None and self.propagate not in PROPAGATE:
             raise ToolkitError(f"propagate must be one of {PROPAGATE}, got {self.propagate!r}")
         if self.sequential is not None and self.sequential not in SEQUENTIAL:
             raise ToolkitError(f"sequential must be one of {SEQUENTIAL}, got {self.sequential!r}")
@@ -110,6 +110,10 @@ class _Run:
     @property
     def sequential(self) -> str:
         return self.cfg.sequential or self.spec.sequential
+
+    @property
+    def propagate(self) -> str:
+        return self.cfg.propagate or self.spec.propagate
 
     @property
     def needs_cross(self) -> bool:
@@ -204,7 +208,7 @@ def _prune_layer(
     if not math.isfinite(error):
         raise NumericalError(f"layer {index}: the pruned layer's outputs are not finite")
     run.emit(LayerDone(layer=index, num_layers=num_layers, output_rel_error=error, seconds=time.perf_counter() - t0))
-    nxt = pruned_out if run.cfg.propagate == "pruned" else dense_out
+    nxt = pruned_out if run.propagate == "pruned" else dense_out
     return groups, inputs.replace_hidden(nxt)
 
 

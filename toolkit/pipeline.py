@@ -88,7 +88,9 @@ def execute(config: Any, emit: Callable[[Event], None], cancel: Any, on_progress
         if config.save_model:
             save_checkpoint(loaded.model, loaded.codec, writer.path / "model")
         summary = _result(config, spec.name, dataclasses.asdict(method_cfg), result, ppl, dense_ppl, protocol, device)
-        summary.update(run_id=writer.run_id, run_dir=str(writer.path), engine=dataclasses.asdict(engine_cfg))
+        engine = dataclasses.asdict(engine_cfg)
+        engine.update(propagate=config.propagate or spec.propagate, sequential=config.sequential or spec.sequential)
+        summary.update(run_id=writer.run_id, run_dir=str(writer.path), engine=engine)
         record(RunFinished(achieved_sparsity=result.achieved_sparsity, prune_seconds=result.seconds,
                            ppl=ppl, dense_ppl=dense_ppl))
         writer.finish(summary)

@@ -99,6 +99,7 @@ class MethodSpec:
     targets: tuple[type, ...] = (Unstructured, NM)
     summary: str = ""
     sequential: str = "layer"  # the engine's default grouping for this method (its reference code)
+    propagate: str = "pruned"  # the engine's default inter-layer propagation for this method
 
     def supports(self, target: Target) -> bool:
         """True if the method can meet this kind of target."""

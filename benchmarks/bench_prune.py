@@ -1,0 +1,77 @@
+"""Quality and speed of whole-model pruning on the embedded model (prints JSON, one object a run).
+
+Protocol (the CPU protocol of the README): calibration wiki train, 32 × 512 tokens, seed 0;
+evaluation wiki test, seqlen 512, all windows (``--eval-windows N`` for a quick look, and then the
+JSON says so). Every run is also recorded in the run store (``--out``).
+
+    python benchmarks/bench_prune.py --runs wanda@50% sparsegpt@50% magnitude@2:4 \
+        "fista@50%:warm_start=wanda" --json benchmarks/results/cpu.json
+
+A run is written ``method@sparsity[:key=value,key=value]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from toolkit.api import RunConfig, prune_model  # noqa: E402
+
+
+def parse_run(text: str) -> tuple[str, str, dict[str, str]]:
+    """``fista@50%:warm_start=wanda,K=20`` → ("fista", "50%", {"warm_start": "wanda", "K": "20"})."""
+    method, _, rest = text.partition("@")
+    sparsity, _, opts = rest.partition(":") if not rest.startswith("structured") else _structured(rest)
+    options = dict(item.split("=", 1) for item in opts.split(",") if item)
+    return method, sparsity or "50%", options
+
+
+def _structured(rest: str) -> tuple[str, str, str]:
+    head, _, tail = rest.partition(":")  # "structured" : "30%:alpha=0.1"
+    value, sep, opts = tail.partition(":")
+    return f"{head}:{value}", sep, opts
+
+
+def main() -> None:
+    """Run every ``--runs`` entry and print one JSON object per run."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", nargs="+", default=["magnitude@50%", "wanda@50%", "sparsegpt@50%"])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--nsamples", type=int, default=32)
+    parser.add_argument("--seqlen", type=int, default=512)
+    parser.add_argument("--eval-seqlen", type=int, default=512)
+    parser.add_argument("--eval-windows", type=int, default=None)
+    parser.add_argument("--propagate", default=None, help="pruned | dense; default: the method's")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--out", default="runs")
+    parser.add_argument("--json", default=None, help="also append the objects to this JSON-lines file")
+    args = parser.parse_args()
+    for spec in args.runs:
+        method, sparsity, options = parse_run(spec)
+        config = RunConfig(model=args.model, method=method, sparsity=sparsity, options=options, nsamples=args.nsamples,
+                           seqlen=args.seqlen, eval_seqlen=args.eval_seqlen, eval_windows=args.eval_windows,
+                           eval_dense=True, device=args.device, propagate=args.propagate, out_dir=args.out)
+        start = time.perf_counter()
+        result = prune_model(config)
+        record = {
+            "benchmark": "prune", "run": spec, "model": result["model"], "method": method, "sparsity": sparsity,
+            "options": options, "propagate": result["engine"]["propagate"], "achieved_sparsity": result["achieved_sparsity"],
+            "ppl": result["ppl"], "dense_ppl": result["dense_ppl"], "prune_seconds": round(result["prune_seconds"], 2),
+            "total_seconds": round(time.perf_counter() - start, 2), "peak_rss_mb": round(result["peak_rss_mb"], 1),
+            "device": result["device"], "protocol": result["protocol"], "run_dir": result["run_dir"],
+            "versions": result["versions"],
+        }
+        print(json.dumps(record), flush=True)
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            with open(args.json, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()
