@@ -21,14 +21,3 @@ def correlated_stats(width: int, tokens: int = 4096, seed: int = 0) -> tuple[tor
 def stats256() -> tuple[torch.Tensor, LinearStats]:
     """Correlated inputs of width 256."""
     return correlated_stats(256)
-
-
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Token caches and dense-ppl caches of the tests never touch the user's cache (the embedded
-    model cache is shared on purpose: converting it takes half a minute)."""
-    import os
-
-    if "PRUNELAB_CACHE" not in os.environ:
-        return
-    monkeypatch.setenv("PRUNELAB_CACHE", os.environ["PRUNELAB_CACHE"])
