@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolkit.methods import fista, magnitude, sparsegpt, wanda
+from toolkit.methods import fista, magnitude, sparsegpt, thanos, wanda
 from toolkit.methods.base import LinearStats, MethodSpec, PruneResult, SolveContext, Stat
 from toolkit.methods.registry import build_registry, lookup
 
@@ -12,6 +12,7 @@ METHODS: dict[str, MethodSpec] = build_registry(
         wanda.SPEC,
         sparsegpt.SPEC,
         fista.SPEC,
+        thanos.SPEC,
     )
 )
 
