@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import math
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -77,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     args = build_parser().parse_args(argv)
+    # `kill` (SIGTERM) cancels like Ctrl-C, so the run record is marked cancelled, not left "running"
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         if args.command == "prune":
             return _prune(args)
