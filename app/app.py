@@ -1,0 +1,95 @@
+"""The PruneLab dashboard: a Gradio Blocks app with four tabs (Run, Sweep, Compare masks, Runs).
+
+``build_app()`` only lays out and wires components (each tab's logic lives in its module as plain
+functions the tests drive); ``python -m app`` or ``python app/app.py`` launches it on localhost.
+"""
+
+import argparse
+import logging
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as `python app/app.py`: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app import compare_tab, run_tab, runs_tab, sweep_tab  # noqa: E402
+from app.jobs import SESSIONS  # noqa: E402
+
+TITLE = "PruneLab: post-training pruning of LLMs"
+INTRO = ("Prune a language model layer by layer and watch it happen: **Run** one method, **Sweep** methods × "
+         "sparsities into perplexity curves, **Compare** the masks two runs chose, and browse past **Runs**.")
+CSS = ".plot-container { min-height: 0 !important; } footer { display: none !important; }"
+
+
+def build_app(default_model: str = "smollm2-135m", runs_dir: str = "runs"):  # noqa: ANN201 - gr.Blocks
+    """The dashboard as a ``gr.Blocks`` (not launched); runs are stored under ``runs_dir``."""
+    import gradio as gr
+
+    runs_dir = str(runs_dir)
+    with gr.Blocks(title=TITLE) as demo:
+        gr.Markdown(f"## {TITLE}\n{INTRO}")
+        history = gr.State([])  # run ids this browser session made (Compare preselects the last two)
+        with gr.Tabs():
+            with gr.Tab("Run", id="run"):
+                run_tab.build(gr, default_model=default_model, runs_dir=runs_dir, history=history)
+            with gr.Tab("Sweep", id="sweep"):
+                sweep_tab.build(gr, default_model=default_model, runs_dir=runs_dir)
+            with gr.Tab("Compare masks", id="compare") as compare_page:
+                compare = compare_tab.build(gr, runs_dir=runs_dir, history=history)
+            with gr.Tab("Runs", id="runs") as runs_page:
+                runs = runs_tab.build(gr, runs_dir=runs_dir)
+        compare_page.select(compare["refresh"], inputs=history, outputs=compare["runs"])
+        runs_page.select(runs["refresh"], outputs=runs["outputs"])
+
+        def on_unload(request: gr.Request) -> None:
+            SESSIONS.close_session(run_tab.session_of(request))
+
+        demo.unload(on_unload)
+    return demo
+
+
+def warm_up() -> threading.Thread:
+    """Import the engine and the Llama modelling code in a background thread.
+
+    The first Run would otherwise spend ~8 s importing them (the embedded model and tiny-llama
+    are Llama models); the page is usable meanwhile.
+    """
+    def load() -> None:
+        import importlib
+
+        for module in ("toolkit.pipeline", "transformers.models.llama.modeling_llama"):
+            try:
+                importlib.import_module(module)
+            except ImportError:  # an optional speed-up only
+                logging.getLogger(__name__).info("warm-up: could not import %s", module)
+
+    thread = threading.Thread(target=load, name="prunelab-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """``--model``, ``--port``, ``--runs``, ``--host``."""
+    parser = argparse.ArgumentParser(prog="python -m app", description=TITLE)
+    parser.add_argument("--model", default="smollm2-135m", help="model preselected in the forms")
+    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: localhost only)")
+    parser.add_argument("--runs", default="runs", help="run store folder")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Launch the dashboard; blocks until interrupted."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    warm_up()
+    demo = build_app(default_model=args.model, runs_dir=args.runs)
+    demo.queue(default_concurrency_limit=4)
+    demo.launch(server_name=args.host, server_port=args.port, css=CSS, footer_links=[])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

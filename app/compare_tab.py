@@ -1,0 +1,129 @@
+"""The Compare tab: keep-masks of two or more finished runs, side by side, and their overlap.
+
+The handlers are plain functions of the form values returning ``{output name: value}`` (the tests
+call them); a user mistake (runs of different models, a damaged run folder) comes back as a
+``message``, never an exception.
+"""
+
+import math
+from pathlib import Path
+from typing import Any
+
+from toolkit import compare, viz_masks
+from toolkit.api import list_runs, open_run
+from toolkit.errors import ToolkitError
+from toolkit.runs import RunRecord
+
+EMPTY = ("masks", "difference", "overlap", "histograms", "all_linears")
+
+
+def run_choices(runs_dir: str) -> list[tuple[str, str]]:
+    """(label, run id) of every finished run with stored masks, newest first."""
+    choices = []
+    for record in list_runs(runs_dir):
+        config = record.config if isinstance(record.config, dict) else {}
+        if record.status == "finished" and any((record.path / "masks").glob("*.npz")):
+            label = f"{config.get('model', '?')} · {config.get('method', '?')} {config.get('sparsity', '?')} · {record.run_id}"
+            choices.append((label, record.run_id))
+    return choices
+
+
+def open_records(run_ids: list[str], runs_dir: str) -> list[RunRecord]:
+    """The run records of ``run_ids`` (a missing or damaged one raises ToolkitError)."""
+    records = []
+    for run_id in run_ids or []:
+        path = Path(runs_dir) / str(run_id)
+        if not path.is_dir():
+            raise ToolkitError(f"run {run_id} is not in {runs_dir}; press Refresh")
+        records.append(open_run(path))
+    return records
+
+
+def linear_choices(run_ids: list[str], runs_dir: str) -> dict[str, Any]:
+    """Layers and linears stored by the first selected run (for the two dropdowns)."""
+    try:
+        records = open_records(run_ids[:1], runs_dir)
+    except ToolkitError as exc:
+        return {"message": f"**⚠ {exc}**", "layers": [], "linears": []}
+    names = records[0].mask_names() if records else []
+    layers = sorted({layer for layer, _ in names})
+    linears = list(dict.fromkeys(name for _, name in names))
+    return {"message": "", "layers": [str(layer) for layer in layers], "linears": linears}
+
+
+def compare_view(run_ids: list[str], layer: Any, linear: str, m: Any, runs_dir: str) -> dict[str, Any]:
+    """Every Compare figure for the chosen runs and linear, or a ``message`` saying what is wrong."""
+    try:
+        records = open_records(run_ids, runs_dir)
+        compare.check_comparable(records)
+        if layer in (None, "") or not linear:
+            raise ToolkitError("pick a layer and a linear")
+        group = int(float(m or 4))
+        masks = compare.load_masks(records, int(layer), str(linear))
+        rows = compare.pairwise(masks, group)
+        everything = compare.all_linears(records, group)
+    except (ToolkitError, ValueError) as exc:
+        return {"message": f"**⚠ {exc}**", "notice": str(exc)}
+    labels = list(masks)
+    first = rows[0]
+    note = (f"layer {layer} · {linear}: IoU {first['iou']:.3f}, Hamming {first['hamming']:.3f}, "
+            f"{group}-group agreement {_fmt(first['group_agreement'])} ({labels[0]} vs {labels[1]})")
+    return {
+        "message": note,
+        "masks": viz_masks.mask_images_figure(masks),
+        "difference": viz_masks.mask_difference_figure(masks[labels[0]], masks[labels[1]], (labels[0], labels[1])),
+        "overlap": viz_masks.overlap_figure(rows),
+        "histograms": viz_masks.sparsity_histograms(masks),
+        "all_linears": viz_masks.all_linears_overlap_figure(everything),
+    }
+
+
+def _fmt(value: float) -> str:
+    return "n/a (m does not divide the width)" if math.isnan(value) else f"{value:.3f}"
+
+
+def build(gr: Any, *, runs_dir: str, history: Any) -> dict[str, Any]:
+    """Lay out the Compare tab inside the current Blocks and wire it."""
+    with gr.Row():
+        runs = gr.Dropdown(choices=[], value=[], multiselect=True, label="Finished runs (two or more)", scale=4,
+                           elem_id="compare-runs")
+        refresh = gr.Button("Refresh", scale=1, elem_id="compare-refresh")
+    with gr.Row():
+        layer = gr.Dropdown(choices=[], label="Layer", elem_id="compare-layer")
+        linear = gr.Dropdown(choices=[], label="Linear", elem_id="compare-linear")
+        group = gr.Number(value=4, precision=0, minimum=1, label="n:m group size m")
+        go = gr.Button("Compare", variant="primary", elem_id="compare-button")
+    message = gr.Markdown("Pick two or more finished runs of one model.", elem_id="compare-message")
+    masks = gr.Plot(show_label=False, elem_id="compare-masks")
+    with gr.Row():
+        difference = gr.Plot(show_label=False, elem_id="compare-difference")
+        overlap = gr.Plot(show_label=False, elem_id="compare-overlap")
+    histograms = gr.Plot(show_label=False, elem_id="compare-histograms")
+    all_linears = gr.Plot(show_label=False, elem_id="compare-all")
+    outputs = {"message": message, "masks": masks, "difference": difference, "overlap": overlap,
+               "histograms": histograms, "all_linears": all_linears}
+
+    def on_refresh(mine: list[str] | None) -> Any:
+        choices = run_choices(runs_dir)
+        ids = {value for _, value in choices}
+        preselect = [run_id for run_id in (mine or [])[-2:] if run_id in ids]
+        return gr.update(choices=choices, value=preselect if len(preselect) == 2 else [])
+
+    def on_runs(run_ids: list[str]) -> list[Any]:
+        found = linear_choices(run_ids or [], runs_dir)
+        layers, linears = found["layers"], found["linears"]
+        return [gr.update(choices=layers, value=layers[0] if layers else None),
+                gr.update(choices=linears, value=linears[0] if linears else None), found["message"]]
+
+    def on_compare(run_ids: list[str], layer_value: Any, linear_value: str, m: Any) -> dict:
+        view = compare_view(run_ids or [], layer_value, linear_value, m, runs_dir)
+        notice = view.pop("notice", None)
+        if notice:
+            gr.Warning(notice)
+        return {outputs[key]: value for key, value in view.items()}
+
+    refresh.click(on_refresh, inputs=history, outputs=runs)
+    runs.change(on_runs, inputs=runs, outputs=[layer, linear, message])
+    go.click(on_compare, inputs=[runs, layer, linear, group], outputs=list(outputs.values()),
+             concurrency_limit=4)
+    return {"runs": runs, "refresh": on_refresh}

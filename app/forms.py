@@ -1,0 +1,166 @@
+"""What the Run and Sweep forms hold, as plain dataclasses, and how they become a RunConfig.
+
+Everything here is a pure function of the form values (no Gradio), so the tests exercise the same
+validation the page uses. Every user mistake is a :class:`ToolkitError` whose message says what
+to change; the page shows it as a message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.api import RunConfig, list_methods
+from toolkit.errors import ToolkitError
+
+MODELS = ("smollm2-135m", "tiny-llama", "tiny-opt", "tiny-gpt2", "tiny-qwen2")
+CALIB_SOURCES = ("wiki", "wikitext2", "c4", "ptb")
+PATTERNS = {"unstructured": "unstructured", "nm": "n:m", "structured": "structured"}  # registry → label
+NM_CHOICES = ("2:4", "4:8", "1:4", "8:16")
+SWEEP_SPARSITIES = ("10%", "20%", "30%", "40%", "50%", "60%", "70%", "2:4", "4:8")
+# name → (nsamples, seqlen, eval seqlen, eval windows (0 = all))
+PRESETS = {
+    "quick (8 × 128, 16 eval windows)": (8, 128, 128, 16),
+    "CPU default (32 × 512, all windows)": (32, 512, 512, 0),
+    "paper (128 × 2048, all windows)": (128, 2048, 2048, 0),
+}
+
+
+@dataclass
+class Protocol:
+    """Calibration and evaluation settings shared by the Run and Sweep forms."""
+
+    calib: str = "wiki"
+    nsamples: int = 8
+    seqlen: int = 128
+    seed: int = 0
+    evaluate: bool = True
+    eval_data: str = "wiki"
+    eval_seqlen: int = 128
+    eval_windows: int = 16  # 0 = all windows
+    device: str = "auto"
+
+
+@dataclass
+class RunSettings:
+    """The Run form: model, method, its options, sparsity, protocol, outputs."""
+
+    model: str = "smollm2-135m"
+    model_path: str = ""  # a hub id or local path; overrides ``model`` when given
+    method: str = "wanda"
+    pattern: str = "unstructured"  # unstructured | n:m | structured
+    percent: float = 50.0
+    nm: str = "2:4"
+    options: dict[str, Any] = field(default_factory=dict)  # option inputs of the chosen method
+    extra_options: str = ""  # key=value lines, override the inputs
+    protocol: Protocol = field(default_factory=Protocol)
+    eval_dense: bool = True
+    save_model: bool = False
+
+
+def method_table() -> dict[str, dict[str, Any]]:
+    """``name → list_methods() entry`` in registry order."""
+    return {m["name"]: m for m in list_methods()}
+
+
+def pattern_labels(method: str) -> list[str]:
+    """The sparsity patterns ``method`` supports, as form labels."""
+    entry = method_table().get(method)
+    if entry is None:
+        return list(PATTERNS.values())
+    return [PATTERNS[p] for p in entry["patterns"] if p in PATTERNS]
+
+
+def sparsity_text(pattern: str, percent: float, nm: str) -> str:
+    """"50%", "2:4" or "structured:30%" from the form's pattern, slider and n:m choice."""
+    if pattern == "n:m":
+        text = (nm or "").strip()
+        if not text:
+            raise ToolkitError("pick an n:m pattern such as 2:4")
+        return text
+    try:
+        value = float(percent)
+    except (TypeError, ValueError):
+        raise ToolkitError(f"sparsity must be a number of percent, got {percent!r}") from None
+    if not math.isfinite(value) or not 0 <= value < 100:
+        raise ToolkitError(f"sparsity {value}% is outside [0, 100): pick e.g. 50")
+    label = f"{value:g}%"
+    return f"structured:{label}" if pattern == "structured" else label
+
+
+def parse_extra_options(text: str) -> dict[str, str]:
+    """``key=value`` lines (blank lines and ``#`` comments skipped) → dict of strings."""
+    options = {}
+    for number, line in enumerate((text or "").splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise ToolkitError(f"extra options line {number}: write key=value, got {line!r}")
+        options[key.strip()] = value.strip()
+    return options
+
+
+def changed_options(method: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The option values of ``method`` that differ from its defaults (ints kept as ints)."""
+    entry = method_table().get(method, {"options": []})
+    changed = {}
+    for option in entry["options"]:
+        name = option["name"]
+        if name not in values or values[name] is None:
+            continue
+        value = values[name]
+        if option["type"] == "int" and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if value != option["default"]:
+            changed[name] = value
+    return changed
+
+
+def _int(value: Any, name: str, low: int) -> int:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ToolkitError(f"{name} must be a whole number, got {value!r}") from None
+    if not number.is_integer() or number < low:
+        raise ToolkitError(f"{name} must be a whole number ≥ {low}, got {value!r}")
+    return int(number)
+
+
+def model_name(model: str, model_path: str) -> str:
+    """The model to load: the free-text field when filled, else the dropdown."""
+    name = (model_path or "").strip() or (model or "").strip()
+    if not name:
+        raise ToolkitError("no model given: pick one from the list or type a hub id or a local path")
+    return name
+
+
+def protocol_fields(protocol: Protocol) -> dict[str, Any]:
+    """RunConfig keyword arguments of the protocol, validated."""
+    calib = (protocol.calib or "").strip()
+    if not calib:
+        raise ToolkitError("pick a calibration source (wiki is embedded)")
+    windows = _int(protocol.eval_windows or 0, "eval windows", 0)
+    return {
+        "calib": calib, "nsamples": _int(protocol.nsamples, "nsamples", 1), "seqlen": _int(protocol.seqlen, "seqlen", 2),
+        "seed": _int(protocol.seed, "seed", 0),
+        "eval_data": (protocol.eval_data or "wiki").strip() if protocol.evaluate else None,
+        "eval_seqlen": _int(protocol.eval_seqlen, "eval seqlen", 2), "eval_windows": windows or None,
+        "device": (protocol.device or "auto").strip(),
+    }
+
+
+def to_config(settings: RunSettings, runs_dir: str) -> RunConfig:
+    """Validate the form into a :class:`RunConfig`; raises :class:`ToolkitError` saying what to fix."""
+    if not settings.method:
+        raise ToolkitError("pick a method")
+    options = changed_options(settings.method, settings.options)
+    options.update(parse_extra_options(settings.extra_options))
+    return RunConfig(
+        model=model_name(settings.model, settings.model_path), method=settings.method,
+        sparsity=sparsity_text(settings.pattern, settings.percent, settings.nm), options=options,
+        **protocol_fields(settings.protocol), eval_dense=bool(settings.eval_dense),
+        out_dir=runs_dir, save_model=bool(settings.save_model),
+    )

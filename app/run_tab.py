@@ -1,0 +1,250 @@
+"""The Run tab: pick model, method, options, sparsity and protocol; watch the run live.
+
+:func:`run_stream` is the handler's logic as a plain generator of ``{output name: value}`` dicts
+(the tests drive it directly): validate the form, wait for the device (showing the queue
+position), follow :func:`toolkit.api.run` in a :class:`~app.jobs.Job`, and yield a refresh at
+most every :data:`PERIOD` seconds, with only the figures that changed. :func:`build` lays the
+tab out and wires it.
+"""
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from app import forms, views
+from app.jobs import DONE, SESSIONS, Job, device_queue
+from toolkit.api import RunConfig, open_run, run
+from toolkit.errors import ToolkitError
+from toolkit.events import RunStarted
+from toolkit.live import RunView
+
+PERIOD = 0.25  # seconds between page refreshes while a run streams (4 per second)
+QUEUE_POLL = 0.5
+OUTPUTS = ("status", "heatmap", "layers", "solver", "lambda", "warnings", "result", "files", "notice", "run_id")
+
+
+def error_status(message: str) -> str:
+    """The status line for a message the user must act on."""
+    return f"**⚠ {message}**"
+
+
+def run_stream(settings: forms.RunSettings, *, runs_dir: str, session: str = "local",
+               clock: Callable[[], float] = time.monotonic) -> Iterator[dict[str, Any]]:
+    """Validate, queue, run and follow one pruning run; yields ``{output name: value}`` updates.
+
+    Closing the generator (Gradio's Cancel / a closed tab) cancels the run or leaves the queue.
+    Every failure is a message in ``status`` (and ``notice``), never an exception.
+    """
+    try:
+        config = forms.to_config(settings, runs_dir)
+    except ToolkitError as exc:
+        yield {"status": error_status(str(exc)), "notice": str(exc)}
+        return
+    job = SESSIONS.begin(session, "run")
+    line = device_queue(config.device)
+    ticket = line.join()
+    try:
+        yield from _wait_turn(job, line, ticket, config)
+        if job.token.cancelled:
+            yield {"status": "**⏹ cancelled** while waiting in the queue; nothing was run."}
+            return
+        job.start(lambda: run(config, job.token), on_exit=lambda: line.leave(ticket))
+        yield from _follow(job, clock, Path(runs_dir), config)
+    finally:
+        if job.state == "queued":  # closed while waiting: step out of the line
+            line.leave(ticket)
+            job.state = "done"
+            job.finished.set()
+        elif not job.finished.is_set():  # closed while running: the worker records the cancel
+            job.cancel()
+
+
+def _wait_turn(job: Job, line: Any, ticket: int, config: RunConfig) -> Iterator[dict[str, Any]]:
+    """Yield the queue position until this ticket holds the device (or the job is cancelled)."""
+    while not job.token.cancelled and not line.try_start(ticket):
+        ahead = line.position(ticket)
+        yield {"status": f"**⏳ queued** · position {ahead} in line for device `{config.device}` "
+                         f"({ahead} run{'s' if ahead != 1 else ''} ahead of you; one pruning at a time)"}
+        time.sleep(QUEUE_POLL)
+
+
+def _follow(job: Job, clock: Callable[[], float], runs_dir: Path, config: RunConfig) -> Iterator[dict[str, Any]]:
+    """Fold the job's events into a RunView and yield throttled refreshes, then the final state."""
+    view, sent, error = RunView(), None, ""
+    yield {"status": f"**⏳ starting** · loading {config.model} and the calibration text…", "files": None,
+           **{name: views.figure(view, name) for name in views.FIGURES}, "warnings": "", "result": ""}
+    next_tick = clock() + PERIOD
+    while True:
+        item = job.get(next_tick - clock())
+        if item is DONE:
+            break
+        if isinstance(item, tuple) and item and item[0] == "error":
+            error = item[1]
+        elif item is not None:
+            view.apply(item, clock())
+            if isinstance(item, RunStarted):
+                job.run_id = item.run_id
+        if clock() >= next_tick and view.status != "idle":
+            update, sent = views.render(view, clock(), sent)
+            yield update
+            next_tick = clock() + PERIOD
+    yield _final(view, error, runs_dir, config)
+
+
+def _final(view: RunView, error: str, runs_dir: Path, config: RunConfig) -> dict[str, Any]:
+    """Everything, once more, plus downloads for a finished run or the message for a failed one."""
+    if view.status == "idle":  # refused before it started (bad model id, n:m width, ...)
+        message = error or "the run ended before it started"
+        return {"status": error_status(message), "notice": message}
+    update, _ = views.render(view, time.monotonic())
+    update["run_id"] = view.run_id
+    if error and view.status not in ("failed", "cancelled"):
+        update["status"] += f"\n\n**Error:** {error}"
+    if view.status == "finished":
+        update["files"] = views.downloads(runs_dir / view.run_id, include_model=config.save_model)
+    elif view.status == "failed":
+        update["notice"] = view.error
+    return update
+
+
+def cancel_message(session: str, runs_dir: str, wait: float = 20.0) -> str:
+    """Cancel the session's run (or its place in the queue); say how it ended."""
+    job = SESSIONS.get(session, "run")
+    if job is None or (job.finished.is_set() and not job.token.cancelled):
+        return "Nothing to cancel: no run is going on in this tab."
+    job.cancel()
+    job.finished.wait(wait)
+    if not job.run_id:
+        return "**⏹ cancelled** before it started; nothing was run."
+    try:
+        status = open_run(Path(runs_dir) / job.run_id).status
+    except ToolkitError:
+        status = "cancelled"
+    if not job.finished.is_set():
+        return f"**⏹ cancelling** run `{job.run_id}`: it stops at the next linear."
+    return f"**⏹ cancelled** · run `{job.run_id}` is marked **{status}** in the run store."
+
+
+# -- layout and wiring ------------------------------------------------------------------------
+def _option_input(gr: Any, option: dict[str, Any]) -> Any:
+    label, info = f"{option['name']} ({option['type']})", option["help"] or None
+    if option["choices"]:
+        return gr.Dropdown(choices=option["choices"], value=option["default"], label=label, info=info)
+    if option["type"] == "bool":
+        return gr.Checkbox(value=bool(option["default"]), label=label, info=info)
+    if option["type"] == "int":
+        return gr.Number(value=option["default"], label=label, info=info, precision=0)
+    if option["type"] == "float":
+        return gr.Number(value=option["default"], label=label, info=info)
+    return gr.Textbox(value=str(option["default"]), label=label, info=info)
+
+
+def _method_controls(gr: Any, methods: dict[str, dict], chosen: str) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:
+    """A group of option inputs per method (only the chosen method's is visible)."""
+    groups, inputs = {}, []
+    for name, entry in methods.items():
+        with gr.Group(visible=name == chosen) as group:
+            if not entry["options"]:
+                gr.Markdown(f"*{name} has no options.*")
+            for option in entry["options"]:
+                inputs.append((name, option["name"], _option_input(gr, option)))
+        groups[name] = group
+    return groups, inputs
+
+
+def _summary(entry: dict[str, Any]) -> str:
+    patterns = ", ".join(forms.PATTERNS[p] for p in entry["patterns"] if p in forms.PATTERNS)
+    return f"*{entry['summary']}* — patterns: {patterns}"
+
+
+def _on_method(methods: dict[str, dict], groups: dict[str, Any], gr: Any) -> Callable[..., list[Any]]:
+    def update(name: str, pattern: str) -> list[Any]:
+        labels = forms.pattern_labels(name)
+        keep = pattern if pattern in labels else labels[0]
+        entry = methods.get(name)
+        return [_summary(entry) if entry else "", gr.update(choices=labels, value=keep),
+                gr.update(visible=keep != "n:m"), gr.update(visible=keep == "n:m"),
+                *[gr.update(visible=method == name) for method in groups]]
+    return update
+
+
+def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[str, Any]:
+    """Lay out the Run tab inside the current Blocks and wire Run / Cancel; returns its outputs."""
+    from app.controls import model_controls, protocol_controls
+
+    methods = forms.method_table()
+    chosen = "wanda" if "wanda" in methods else next(iter(methods))
+    with gr.Row():
+        with gr.Column(scale=1, min_width=340):
+            model, model_path = model_controls(gr, default_model)
+            method = gr.Dropdown(choices=list(methods), value=chosen, label="Method", elem_id="run-method")
+            summary = gr.Markdown(_summary(methods[chosen]))
+            pattern = gr.Radio(forms.pattern_labels(chosen), value="unstructured", label="Sparsity pattern",
+                               elem_id="run-pattern")
+            percent = gr.Slider(0, 95, value=50, step=1, label="Sparsity (%)", elem_id="run-percent")
+            nm = gr.Dropdown(list(forms.NM_CHOICES), value="2:4", allow_custom_value=True, visible=False,
+                             label="n:m (keep n of every m consecutive weights)", elem_id="run-nm")
+            with gr.Accordion("Method options", open=False):
+                groups, option_inputs = _method_controls(gr, methods, chosen)
+                extra = gr.Textbox(label="Extra options: key=value per line (override the fields)", lines=2,
+                                   elem_id="run-extra")
+            with gr.Accordion("Calibration, evaluation, device", open=False):
+                protocol = protocol_controls(gr, prefix="run")
+                eval_dense = gr.Checkbox(True, label="Also the dense perplexity (cached per protocol)")
+                save_model = gr.Checkbox(False, label="Save the pruned checkpoint (offered as a download)")
+            with gr.Row():
+                run_button = gr.Button("Run", variant="primary", elem_id="run-button")
+                cancel_button = gr.Button("Cancel", variant="stop", elem_id="cancel-button")
+        with gr.Column(scale=3):
+            idle = RunView()
+            status = gr.Markdown(views.status_markdown(idle, 0.0), elem_id="run-status")
+            with gr.Row():
+                heatmap = gr.Plot(views.figure(idle, "heatmap"), show_label=False, elem_id="run-heatmap")
+                layers = gr.Plot(views.figure(idle, "layers"), show_label=False, elem_id="run-layers")
+            with gr.Row():
+                solver = gr.Plot(views.figure(idle, "solver"), show_label=False, elem_id="run-solver")
+                lam = gr.Plot(views.figure(idle, "lambda"), show_label=False, elem_id="run-lambda")
+            warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False, elem_id="run-warnings")
+            result = gr.Markdown(elem_id="run-result")
+            files = gr.File(label="Downloads: result JSON, masks, pruned checkpoint", file_count="multiple",
+                            interactive=False, elem_id="run-files")
+    outputs = {"status": status, "heatmap": heatmap, "layers": layers, "solver": solver, "lambda": lam,
+               "warnings": warnings, "result": result, "files": files}
+
+    def handler(data: dict, request: gr.Request) -> Iterator[dict]:
+        name = data[method]
+        settings = forms.RunSettings(
+            model=data[model], model_path=data[model_path], method=name, pattern=data[pattern],
+            percent=data[percent], nm=data[nm], extra_options=data[extra], protocol=protocol.read(data),
+            options={option: data[box] for owner, option, box in option_inputs if owner == name},
+            eval_dense=bool(data[eval_dense]), save_model=bool(data[save_model]))
+        past = list(data[history] or [])
+        for update in run_stream(settings, runs_dir=runs_dir, session=session_of(request)):
+            notice = update.pop("notice", None)
+            if notice:
+                gr.Warning(notice)
+            run_id = update.pop("run_id", None)
+            if run_id:
+                past.append(run_id)
+                update["history"] = past
+            yield {({**outputs, "history": history})[key]: value for key, value in update.items()}
+
+    inputs = {model, model_path, method, pattern, percent, nm, extra, eval_dense, save_model, history,
+              *protocol.components, *(box for _, _, box in option_inputs)}
+    run_event = run_button.click(handler, inputs=inputs, outputs=[*outputs.values(), history],
+                                 concurrency_limit=16, show_progress="hidden")
+    def cancel(request: gr.Request) -> str:
+        return cancel_message(session_of(request), runs_dir)
+
+    cancel_button.click(cancel, inputs=None, outputs=status, cancels=[run_event], concurrency_limit=None, show_progress="hidden")
+    method.change(_on_method(methods, groups, gr), inputs=[method, pattern],
+                  outputs=[summary, pattern, percent, nm, *groups.values()], queue=False)
+    pattern.change(lambda p: [gr.update(visible=p != "n:m"), gr.update(visible=p == "n:m")], inputs=pattern,
+                   outputs=[percent, nm], queue=False)
+    return outputs
+
+
+def session_of(request: Any) -> str:
+    """The browser session's id ("local" when called outside a page)."""
+    return str(getattr(request, "session_hash", None) or "local")

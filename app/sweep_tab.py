@@ -1,0 +1,190 @@
+"""The Sweep tab: methods × sparsities on one model and protocol, drawn point by point.
+
+:func:`sweep_stream` is the handler's logic as a plain generator (tests drive it): plan the
+configs (:func:`toolkit.sweep.plan`), wait for the device, then follow :func:`toolkit.sweep.run_sweep`
+in a job; runs already in the store under the same protocol are reused, not recomputed.
+"""
+
+import math
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app import forms
+from app.jobs import DONE, SESSIONS, Job, device_queue
+from app.run_tab import PERIOD, _wait_turn, error_status, session_of
+from toolkit import viz
+from toolkit.api import RunConfig
+from toolkit.errors import ToolkitError
+from toolkit.events import Event, RunStarted
+from toolkit.live import RunView, progress_line
+from toolkit.sweep import COLUMNS, SweepPoint, dense_reference, plan, run_sweep, write_csv
+
+DEFAULT_SPARSITIES = ("10%", "30%", "50%", "70%", "2:4")
+DEFAULT_METHODS = ("magnitude", "wanda", "sparsegpt")
+
+
+@dataclass
+class SweepSettings:
+    """The Sweep form."""
+
+    model: str = "smollm2-135m"
+    model_path: str = ""
+    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
+    sparsities: list[str] = field(default_factory=lambda: list(DEFAULT_SPARSITIES))
+    protocol: forms.Protocol = field(default_factory=forms.Protocol)
+
+
+def sweep_configs(settings: SweepSettings, runs_dir: str) -> tuple[list[RunConfig], list[str]]:
+    """Validate the form into the sweep's configs (and notes on pairs skipped)."""
+    if not settings.methods:
+        raise ToolkitError("pick at least one method")
+    if not settings.sparsities:
+        raise ToolkitError("pick at least one sparsity")
+    protocol = forms.protocol_fields(settings.protocol)
+    protocol["eval_data"] = protocol["eval_data"] or "wiki"  # a sweep always measures perplexity
+    base = RunConfig(model=forms.model_name(settings.model, settings.model_path), method=settings.methods[0],
+                     sparsity="50%", **protocol, eval_dense=True, out_dir=runs_dir)
+    return plan(base, settings.methods, list(settings.sparsities))
+
+
+def table(points: list[SweepPoint]) -> list[list[Any]]:
+    """Rows of the results table (:data:`toolkit.sweep.COLUMNS`)."""
+    rows = []
+    for point in points:
+        data = point.to_dict()
+        rows.append([_cell(data[column]) for column in COLUMNS])
+    return rows
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, float):
+        return None if not math.isfinite(value) else round(value, 4)
+    return value
+
+
+def _view(points: list[SweepPoint], total: int, current: RunView, now: float, notes: list[str]) -> dict[str, Any]:
+    reused = sum(p.reused for p in points)
+    head = f"**{len(points)} of {total} points** ({reused} reused from the run store)"
+    if current.status == "running":
+        head += f" · now {current.method} {current.sparsity}: {progress_line(current, now)}"
+    failed = [f"{p.method} {p.sparsity}: {p.error}" for p in points if p.status == "failed"]
+    lines = [head, *(f"⚠ {line}" for line in failed), *(f"skipped: {note}" for note in notes)]
+    dense = dense_reference(points)
+    return {"status": "\n\n".join(lines), "table": table(points),
+            "curve": viz.sweep_figure([p.to_dict() for p in points], dense_ppl=dense, revision="sweep")}
+
+
+def sweep_stream(settings: SweepSettings, *, runs_dir: str, session: str = "local",
+                 clock: Callable[[], float] = time.monotonic) -> Iterator[dict[str, Any]]:
+    """Run the sweep; yields ``{status, curve, table, csv}`` updates (a point redraws the curve)."""
+    try:
+        configs, notes = sweep_configs(settings, runs_dir)
+    except ToolkitError as exc:
+        yield {"status": error_status(str(exc)), "notice": str(exc)}
+        return
+    job = SESSIONS.begin(session, "sweep")
+    line = device_queue(configs[0].device)
+    ticket = line.join()
+    try:
+        yield from _wait_turn(job, line, ticket, configs[0])
+        if job.token.cancelled:
+            yield {"status": "**⏹ cancelled** while waiting in the queue; nothing was run."}
+            return
+        job.start(lambda: run_sweep(configs, job.token), on_exit=lambda: line.leave(ticket))
+        yield from _follow(job, configs, notes, clock)
+    finally:
+        if job.state == "queued":
+            line.leave(ticket)
+            job.state = "done"
+            job.finished.set()
+        elif not job.finished.is_set():
+            job.cancel()
+
+
+def _follow(job: Job, configs: list[RunConfig], notes: list[str], clock: Callable[[], float]) -> Iterator[dict]:
+    points: list[SweepPoint] = []
+    current, errors = RunView(), []
+    yield {**_view(points, len(configs), current, clock(), notes), "csv": None}
+    next_tick, drawn = clock() + PERIOD, 0
+    while True:
+        item = job.get(next_tick - clock())
+        if item is DONE:
+            break
+        if isinstance(item, SweepPoint):
+            points.append(item)
+            current = RunView()
+        elif isinstance(item, tuple) and item and item[0] == "error":
+            errors.append(item[1])
+        elif isinstance(item, Event):
+            if isinstance(item, RunStarted):
+                current = RunView()
+            current.apply(item, clock())
+        if clock() >= next_tick:
+            update = _view(points, len(configs), current, clock(), notes)
+            if len(points) == drawn:  # only the status line changed
+                update = {"status": update["status"]}
+            drawn = len(points)
+            yield update
+            next_tick = clock() + PERIOD
+    final = _view(points, len(configs), RunView(), clock(), notes)
+    cancelled = any(p.status == "cancelled" for p in points)
+    final["status"] = ("**⏹ sweep cancelled** · " if cancelled else "**✅ sweep done** · ") + final["status"]
+    if errors:
+        final["status"] += "\n\n" + "\n\n".join(error_status(e) for e in errors)
+    if points:
+        folder = Path(tempfile.mkdtemp(prefix="prunelab-sweep-"))
+        final["csv"] = str(write_csv(points, folder / "sweep.csv"))
+    yield final
+
+
+def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
+    """Lay out the Sweep tab inside the current Blocks and wire it."""
+    from app.controls import model_controls, protocol_controls
+
+    names = list(forms.method_table())
+    with gr.Row():
+        with gr.Column(scale=1, min_width=340):
+            model, model_path = model_controls(gr, default_model, prefix="sweep")
+            methods = gr.CheckboxGroup(names, value=[m for m in DEFAULT_METHODS if m in names], label="Methods",
+                                       elem_id="sweep-methods")
+            sparsities = gr.CheckboxGroup(list(forms.SWEEP_SPARSITIES), value=list(DEFAULT_SPARSITIES),
+                                          label="Sparsities", elem_id="sweep-sparsities")
+            with gr.Accordion("Calibration, evaluation, device", open=False):
+                protocol = protocol_controls(gr, evaluate_toggle=False, prefix="sweep")
+            with gr.Row():
+                start = gr.Button("Run sweep", variant="primary", elem_id="sweep-button")
+                stop = gr.Button("Cancel", variant="stop", elem_id="sweep-cancel")
+        with gr.Column(scale=3):
+            status = gr.Markdown("Pick methods and sparsities, then **Run sweep**. Runs already in the store "
+                                 "with the same protocol are reused.", elem_id="sweep-status")
+            curve = gr.Plot(viz.sweep_figure([]), show_label=False, elem_id="sweep-curve")
+            results = gr.Dataframe(headers=list(COLUMNS), value=[], interactive=False, label="Results",
+                                   elem_id="sweep-table")
+            csv = gr.File(label="Results as CSV", interactive=False, elem_id="sweep-csv")
+    outputs = {"status": status, "curve": curve, "table": results, "csv": csv}
+
+    def handler(data: dict, request: gr.Request) -> Iterator[dict]:
+        settings = SweepSettings(model=data[model], model_path=data[model_path], methods=list(data[methods] or []),
+                                 sparsities=list(data[sparsities] or []), protocol=protocol.read(data))
+        for update in sweep_stream(settings, runs_dir=runs_dir, session=session_of(request)):
+            notice = update.pop("notice", None)
+            if notice:
+                gr.Warning(notice)
+            yield {outputs[key]: value for key, value in update.items()}
+
+    def cancel(request: gr.Request) -> str:
+        job = SESSIONS.get(session_of(request), "sweep")
+        if job is None or job.finished.is_set():
+            return "Nothing to cancel: no sweep is going on in this tab."
+        job.cancel()
+        job.finished.wait(20.0)
+        return "**⏹ sweep cancelled**; finished points stay in the run store and are reused next time."
+
+    event = start.click(handler, inputs={model, model_path, methods, sparsities, *protocol.components},
+                        outputs=list(outputs.values()), concurrency_limit=16, show_progress="hidden")
+    stop.click(cancel, inputs=None, outputs=status, cancels=[event], concurrency_limit=None, show_progress="hidden")
+    return outputs

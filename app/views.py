@@ -1,0 +1,132 @@
+"""A :class:`toolkit.live.RunView` as the page shows it: figures, status line, result table.
+
+Pure functions (no Gradio): the Run tab calls :func:`render` on every tick with the revisions it
+sent last, so only figures whose data changed travel to the browser; the Runs tab renders a
+replayed view once.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from toolkit import viz
+from toolkit.live import RunView, format_seconds, progress_line
+
+FIGURES = ("heatmap", "layers", "solver", "lambda")
+
+
+def figure(view: RunView, name: str) -> Any:
+    """The plotly figure ``name`` (one of :data:`FIGURES`) of ``view``."""
+    key = view.run_id or "idle"
+    if name == "heatmap":
+        return viz.error_heatmap(view.pruned, num_layers=view.num_layers, linears=view.linears, revision=key)
+    if name == "layers":
+        return viz.layer_error_figure(view.layers_done, num_layers=view.num_layers, revision=key)
+    if name == "solver":
+        return viz.convergence_figure(view.solver.steps, view.blocks.steps, revision=key)
+    return viz.lambda_figure(view.lambdas.steps, revision=key)
+
+
+def bar(fraction: float, width: int = 24) -> str:
+    """``▰▰▰▱▱▱`` progress bar."""
+    filled = int(round(max(0.0, min(1.0, fraction)) * width))
+    return "▰" * filled + "▱" * (width - filled)
+
+
+STATUS_WORDS = {"running": "⏳ running", "finished": "✅ finished", "failed": "❌ failed", "cancelled": "⏹ cancelled",
+                "idle": "idle"}
+
+
+def status_markdown(view: RunView, now: float) -> str:
+    """Headline and progress: method, model, layer i of n, elapsed, estimated time left."""
+    if view.status == "idle":
+        return "Pick a model, a method and a sparsity, then **Run**."
+    head = f"**{STATUS_WORDS.get(view.status, view.status)}** · {view.method} {view.sparsity} on {view.model_label}"
+    lines = [head, f"`{bar(view.fraction_done)}` {progress_line(view, now)}"]
+    if view.status == "failed":
+        lines.append(f"**Error:** {view.error}")
+    elif view.status == "cancelled":
+        lines.append("The run was cancelled; the run store marks it **cancelled** and keeps its events.")
+    return "\n\n".join(lines)
+
+
+def _ppl_rows(view: RunView) -> list[str]:
+    evaluation = view.protocol.get("evaluation") or {}
+    where = f"{evaluation.get('windows', '?')} × {evaluation.get('seqlen', '?')} tokens" if evaluation else ""
+    rows = []
+    for dataset in dict.fromkeys(list(view.dense_ppl) + list(view.ppl)):
+        dense, pruned = view.dense_ppl.get(dataset, math.nan), view.ppl.get(dataset, math.nan)
+        change = f" ({(pruned / dense - 1):+.1%})" if math.isfinite(dense) and math.isfinite(pruned) and dense else ""
+        rows.append(f"| perplexity ({dataset}, {where}) | {_fmt(dense)} | {_fmt(pruned)}{change} |")
+    return rows
+
+
+def _fmt(value: float, spec: str = ".3f") -> str:
+    return format(value, spec) if isinstance(value, int | float) and math.isfinite(value) else "–"
+
+
+def result_markdown(view: RunView) -> str:
+    """Dense vs pruned perplexity, achieved sparsity and times, as a Markdown table."""
+    if view.status in ("idle", "running"):
+        return ""
+    if view.status != "finished":
+        return f"No result: the run {view.status} ({view.error})." if view.error else f"No result: {view.status}."
+    lines = ["| | dense | pruned |", "|---|---|---|", *_ppl_rows(view),
+             f"| sparsity (achieved) | 0 | {_fmt(view.achieved_sparsity, '.2%')} |",
+             f"| prune time | | {format_seconds(view.prune_seconds)} |"]
+    calibration = view.protocol.get("calibration") or {}
+    if calibration:
+        lines.append(f"\nCalibration: {calibration.get('nsamples')} × {calibration.get('seqlen')} tokens of "
+                     f"{calibration.get('source')} (seed {calibration.get('seed')}) · device {view.device} · "
+                     f"run `{view.run_id}`")
+    return "\n".join(lines)
+
+
+def warnings_text(view: RunView) -> str:
+    """The Warning events, one a line (newest last)."""
+    return "\n".join(view.warnings) if view.warnings else ""
+
+
+def render(view: RunView, now: float, sent: dict[str, int] | None = None) -> tuple[dict[str, Any], dict[str, int]]:
+    """Output values for the sections changed since revisions ``sent``; returns them and the new revisions.
+
+    ``sent=None`` renders everything. Keys: status, heatmap, layers, solver, lambda, warnings, result.
+    """
+    revisions = dict(view.revision)
+    out: dict[str, Any] = {"status": status_markdown(view, now)}
+    for name in (*FIGURES, "warnings", "result"):
+        if sent is not None and sent.get(name, -1) == revisions.get(name, 0):
+            continue
+        if name in FIGURES:
+            out[name] = figure(view, name)
+        elif name == "warnings":
+            out[name] = warnings_text(view)
+        else:
+            out[name] = result_markdown(view)
+        revisions.setdefault(name, 0)
+    return out, revisions
+
+
+def downloads(run_dir: Path, *, include_model: bool) -> list[str]:
+    """Files to offer: result.json, masks.zip and (when saved) model.zip, copied to a temp folder."""
+    if not (run_dir / "result.json").exists():
+        return []
+    target = Path(tempfile.mkdtemp(prefix=f"prunelab-{run_dir.name}-"))
+    files = [shutil.copy(run_dir / "result.json", target / f"{run_dir.name}-result.json")]
+    files.append(_zip(run_dir / "masks", target / f"{run_dir.name}-masks.zip"))
+    if include_model and (run_dir / "model").is_dir():
+        files.append(_zip(run_dir / "model", target / f"{run_dir.name}-model.zip"))
+    return [str(f) for f in files]
+
+
+def _zip(folder: Path, path: Path) -> Path:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
+        for file in sorted(folder.rglob("*")):
+            if file.is_file():
+                archive.write(file, file.relative_to(folder.parent))
+    return path

@@ -1,0 +1,316 @@
+"""Fold a run's events into a plain :class:`RunView` (torch-free; shared by the app and the widgets).
+
+A UI keeps one ``RunView`` per run and calls :meth:`RunView.apply` for every event it receives
+(live from :func:`toolkit.api.run`, or replayed from ``events.jsonl``). The view holds only what
+the plots need: the pruned-linear events for the error heat-map, the finished layers, progress,
+the warnings, and the solver / λ / block trace of the *current* linear (older traces are dropped,
+so a long FISTA run does not grow memory). Figure builders in :mod:`toolkit.viz` take these lists.
+
+Times are what the consumer's clock says (``now``, seconds, e.g. ``time.monotonic()``): events
+carry durations but no wall-clock stamps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.events import (
+    BlockStep, EvalPoint, Event, LambdaStep, LayerDone, LayerStarted, RunFailed, RunFinished, RunStarted, RunWarning,
+    SolverStep, SublayerPruned,
+)
+
+TERMINAL = ("finished", "failed", "cancelled")
+
+
+@dataclass
+class Trace:
+    """The steps of one kind of trace for one linear (``layer``, ``name``)."""
+
+    layer: int = -1
+    name: str = ""
+    steps: list[Any] = field(default_factory=list)
+
+    def add(self, event: Any) -> None:
+        """Append ``event``; a step of another linear starts a fresh trace."""
+        if (event.layer, event.name) != (self.layer, self.name):
+            self.layer, self.name, self.steps = event.layer, event.name, []
+        self.steps.append(event)
+
+    @property
+    def label(self) -> str:
+        """``layer 3 · mlp.up_proj`` or "" when empty."""
+        return f"layer {self.layer} · {self.name}" if self.steps else ""
+
+
+@dataclass
+class RunView:
+    """Everything a live dashboard draws, as plain data.
+
+    ``revision`` counts folded events per section ("heatmap", "layers", "solver", "lambda",
+    "warnings", "result") so a UI can skip re-sending figures that did not change.
+    """
+
+    status: str = "idle"  # idle | running | finished | failed | cancelled
+    run_id: str = ""
+    model: str = ""
+    model_label: str = ""
+    method: str = ""
+    sparsity: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    protocol: dict[str, Any] = field(default_factory=dict)
+    device: str = ""
+    num_layers: int = 0
+    linears: list[str] = field(default_factory=list)
+    current_layer: int = -1
+    current_linear: str = ""
+    pruned: list[SublayerPruned] = field(default_factory=list)
+    layers_done: list[LayerDone] = field(default_factory=list)
+    solver: Trace = field(default_factory=Trace)
+    lambdas: Trace = field(default_factory=Trace)
+    blocks: Trace = field(default_factory=Trace)
+    outliers: dict[str, int] = field(default_factory=dict)  # "layer · linear" -> outlier rows kept dense
+    warnings: list[str] = field(default_factory=list)
+    dense_ppl: dict[str, float] = field(default_factory=dict)
+    ppl: dict[str, float] = field(default_factory=dict)
+    achieved_sparsity: float = math.nan
+    prune_seconds: float = math.nan
+    error: str = ""
+    started_at: float = math.nan  # consumer clock at RunStarted
+    prune_started_at: float = math.nan  # consumer clock at the first LayerStarted
+    ended_at: float = math.nan
+    events_seen: int = 0
+    revision: dict[str, int] = field(default_factory=dict)
+
+    # -- folding -------------------------------------------------------------------------
+    def apply(self, event: Event, now: float = math.nan) -> RunView:
+        """Fold one event into the view (in place) and return the view."""
+        self.events_seen += 1
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event, now)
+        return self
+
+    def _bump(self, *sections: str) -> None:
+        for section in sections:
+            self.revision[section] = self.revision.get(section, 0) + 1
+
+    # -- derived numbers -------------------------------------------------------------------
+    @property
+    def total_linears(self) -> int:
+        """Linears to prune in the whole model (layers × linears per layer), 0 before RunStarted."""
+        return self.num_layers * len(self.linears)
+
+    @property
+    def fraction_done(self) -> float:
+        """Pruned linears / all linears, in [0, 1]."""
+        total = self.total_linears
+        return min(1.0, len(self.pruned) / total) if total else 0.0
+
+    def elapsed(self, now: float) -> float:
+        """Seconds since RunStarted (frozen at the end of the run); a replay gives the prune time."""
+        if not math.isfinite(self.started_at):
+            return self.prune_seconds
+        end = self.ended_at if math.isfinite(self.ended_at) else now
+        return end - self.started_at
+
+    def eta(self, now: float) -> float:
+        """Estimated seconds of pruning left (from the pace so far); nan when unknown."""
+        done = self.fraction_done
+        if self.status != "running" or not math.isfinite(self.prune_started_at) or done <= 0:
+            return math.nan
+        spent = now - self.prune_started_at
+        return spent * (1.0 - done) / done
+
+    def layer_progress(self) -> tuple[int, int]:
+        """(layer being pruned, 1-based; number of layers)."""
+        done = len(self.layers_done)
+        current = self.current_layer + 1 if self.current_layer >= 0 else 0
+        return (max(done, current), self.num_layers)
+
+    def heatmap_matrix(self) -> tuple[list[list[float]], list[str]]:
+        """Relative error per (layer, linear) as rows × columns (nan = not yet), and the columns."""
+        return error_matrix(self.pruned, self.num_layers, self.linears)
+
+
+def error_matrix(
+    pruned: Iterable[SublayerPruned], num_layers: int = 0, linears: Iterable[str] = ()
+) -> tuple[list[list[float]], list[str]]:
+    """Rows = layers 0..L-1, columns = linears (given order, then any others seen); nan = missing."""
+    pruned = list(pruned)
+    columns = list(dict.fromkeys(list(linears) + [event.name for event in pruned]))
+    rows = max([num_layers] + [event.layer + 1 for event in pruned])
+    index = {name: j for j, name in enumerate(columns)}
+    matrix = [[math.nan] * len(columns) for _ in range(rows)]
+    for event in pruned:
+        matrix[event.layer][index[event.name]] = _num(event.rel_error)
+    return matrix, columns
+
+
+def _num(value: Any) -> float:
+    """A float, nan for None or anything that is not a number (a hand-edited record)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _on_started(view: RunView, event: RunStarted, now: float) -> None:
+    fresh = RunView(status="running", run_id=event.run_id, model=event.model, method=event.method,
+                    sparsity=event.sparsity, options=dict(event.options), protocol=dict(event.protocol),
+                    device=event.device, num_layers=int(event.num_layers), linears=list(event.linears),
+                    started_at=now, events_seen=view.events_seen)
+    fresh.model_label = str(fresh.protocol.get("model_label", event.model))
+    fresh.revision = dict(view.revision)
+    view.__dict__.update(fresh.__dict__)
+    view._bump("heatmap", "layers", "solver", "lambda", "warnings", "result", "progress")
+
+
+def _on_layer_started(view: RunView, event: LayerStarted, now: float) -> None:
+    view.current_layer = int(event.layer)
+    view.num_layers = max(view.num_layers, int(event.num_layers))
+    if not math.isfinite(view.prune_started_at):
+        view.prune_started_at = now
+    view._bump("progress")
+
+
+def _on_pruned(view: RunView, event: SublayerPruned, now: float) -> None:
+    view.pruned.append(event)
+    view.current_layer, view.current_linear = int(event.layer), event.name
+    rows = event.info.get("outlier_rows") if isinstance(event.info, dict) else None
+    if isinstance(rows, list) and rows:
+        view.outliers[f"{event.layer} · {event.name}"] = len(rows)
+    view._bump("heatmap", "progress")
+
+
+def _on_layer_done(view: RunView, event: LayerDone, now: float) -> None:
+    view.layers_done.append(event)
+    view._bump("layers", "progress")
+
+
+def _on_solver(view: RunView, event: SolverStep, now: float) -> None:
+    view.solver.add(event)
+    view.current_linear = event.name
+    view._bump("solver")
+
+
+def _on_block(view: RunView, event: BlockStep, now: float) -> None:
+    view.blocks.add(event)
+    view.current_linear = event.name
+    view._bump("solver")
+
+
+def _on_lambda(view: RunView, event: LambdaStep, now: float) -> None:
+    view.lambdas.add(event)
+    view._bump("lambda")
+
+
+def _on_eval(view: RunView, event: EvalPoint, now: float) -> None:
+    target = view.dense_ppl if event.which == "dense" else view.ppl
+    target[event.dataset] = _num(event.ppl)
+    view._bump("result")
+
+
+def _on_warning(view: RunView, event: RunWarning, now: float) -> None:
+    where = f"layer {event.layer} {event.name}: " if event.layer >= 0 else ""
+    view.warnings.append(f"{where}{event.message}")
+    view._bump("warnings")
+
+
+def _on_finished(view: RunView, event: RunFinished, now: float) -> None:
+    view.status = "finished"
+    view.achieved_sparsity = _num(event.achieved_sparsity)
+    view.prune_seconds = _num(event.prune_seconds)
+    view.ppl.update({k: _num(v) for k, v in dict(event.ppl).items()})
+    view.dense_ppl.update({k: _num(v) for k, v in dict(event.dense_ppl).items()})
+    view.ended_at = now
+    view._bump("result", "progress")
+
+
+def _on_failed(view: RunView, event: RunFailed, now: float) -> None:
+    view.status = "cancelled" if event.cancelled else "failed"
+    view.error = event.error
+    view.ended_at = now
+    view._bump("result", "progress")
+
+
+_HANDLERS = {
+    RunStarted: _on_started, LayerStarted: _on_layer_started, SublayerPruned: _on_pruned, LayerDone: _on_layer_done,
+    SolverStep: _on_solver, BlockStep: _on_block, LambdaStep: _on_lambda, EvalPoint: _on_eval,
+    RunWarning: _on_warning, RunFinished: _on_finished, RunFailed: _on_failed,
+}
+
+
+def fold(events: Iterable[Event], view: RunView | None = None) -> RunView:
+    """Replay ``events`` into a view (a stored run's ``events.jsonl``, or a test's list).
+
+    An event whose fields do not fold (a hand-edited record) becomes a warning instead of an
+    exception. A replayed run that never reached RunFinished/RunFailed keeps status "running";
+    pass the run store's status to :func:`settle` to fix that.
+    """
+    view = view or RunView()
+    for number, event in enumerate(events, 1):
+        try:
+            view.apply(event)
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+            view.warnings.append(f"event {number} ({getattr(event, 'kind', '?')}) unreadable: {exc}")
+            view._bump("warnings")
+    return view
+
+
+def settle(view: RunView, status: str, error: str = "") -> RunView:
+    """Give a replayed view the run store's final ``status`` when its events stop early."""
+    if view.status not in TERMINAL and status != "running":
+        view.status = status if status in TERMINAL else "failed"
+        view.error = view.error or error or status
+    return view
+
+
+def trace_for(events: Iterable[Event], layer: int, name: str) -> RunView:
+    """A view whose solver / λ / block traces are those of linear (``layer``, ``name``)."""
+    view = RunView()
+    for event in events:
+        if isinstance(event, SolverStep | LambdaStep | BlockStep) and (event.layer, event.name) == (layer, name):
+            view.apply(event)
+    return view
+
+
+def traced_linears(events: Iterable[Event]) -> list[tuple[int, str]]:
+    """(layer, linear) of every linear that has solver, λ or block steps, in run order."""
+    seen: dict[tuple[int, str], None] = {}
+    for event in events:
+        if isinstance(event, SolverStep | LambdaStep | BlockStep):
+            seen[(event.layer, event.name)] = None
+    return list(seen)
+
+
+def format_seconds(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``, ``1 h 02 min``; ``–`` when unknown."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "–"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def progress_line(view: RunView, now: float) -> str:
+    """One line: ``layer 3 of 30 · q_proj · 12% · elapsed 40 s · about 4 min 50 s left``."""
+    if view.status == "idle":
+        return "idle"
+    layer, total = view.layer_progress()
+    parts = [f"layer {layer} of {total}" if total else "starting"]
+    if view.current_linear and view.status == "running":
+        parts.append(view.current_linear)
+    parts.append(f"{view.fraction_done:.0%} of linears")
+    parts.append(f"elapsed {format_seconds(view.elapsed(now))}")
+    if view.status == "running":
+        eta = view.eta(now)
+        parts.append(f"about {format_seconds(eta)} left" if math.isfinite(eta) else "estimating time left")
+    else:
+        parts.append(view.status)
+    return " · ".join(parts)

@@ -1,0 +1,151 @@
+"""Sweeps: methods × sparsities on one model and protocol, reusing runs already in the store.
+
+:func:`plan` turns a base :class:`~toolkit.api.RunConfig` into one config per (method, sparsity)
+the method supports; :func:`run_sweep` runs them in order, yielding each run's live events and a
+:class:`SweepPoint` when a run ends. A config whose experiment is already in the run store
+(:func:`toolkit.api.find_finished` on :meth:`RunConfig.reuse_key`) is reused, not recomputed.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkit.api import CancelToken, RunConfig, find_finished, list_methods, run
+from toolkit.errors import ToolkitError
+from toolkit.events import Event, RunFailed, RunFinished, RunStarted
+
+COLUMNS = ("method", "sparsity", "achieved_sparsity", "ppl", "dense_ppl", "prune_seconds", "status", "reused", "run_id")
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One (method, sparsity) of a sweep: its perplexity, or why there is none."""
+
+    method: str
+    sparsity: str
+    achieved_sparsity: float = math.nan
+    ppl: float = math.nan
+    dense_ppl: float = math.nan
+    prune_seconds: float = math.nan
+    status: str = "finished"  # finished | failed | cancelled
+    reused: bool = False
+    run_id: str = ""
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (the figure builders and the CSV take these)."""
+        return dataclasses.asdict(self)
+
+
+def _pattern_of(sparsity: str) -> str:
+    text = sparsity.strip().lower()
+    if text.startswith("structured"):
+        return "structured"
+    return "nm" if ":" in text else "unstructured"
+
+
+def plan(base: RunConfig, methods: Sequence[str], sparsities: Sequence[str]) -> tuple[list[RunConfig], list[str]]:
+    """Configs for every (method, sparsity) pair a method supports, and a note for each one skipped.
+
+    Every config measures the dense perplexity too (``eval_dense``; cached after the first).
+    Raises :class:`ToolkitError` when no pair is left or the base has no evaluation.
+    """
+    if base.eval_data is None:
+        raise ToolkitError("a sweep needs evaluation on: it plots perplexity")
+    patterns = {m["name"]: set(m["patterns"]) for m in list_methods()}
+    configs, skipped = [], []
+    for method in methods:
+        for sparsity in sparsities:
+            if _pattern_of(sparsity) not in patterns.get(method, {_pattern_of(sparsity)}):
+                skipped.append(f"{method} does not support {sparsity}")
+                continue
+            configs.append(dataclasses.replace(base, method=method, sparsity=sparsity, eval_dense=True))
+    if not configs:
+        raise ToolkitError("nothing to sweep: pick at least one method and one sparsity it supports")
+    return configs, skipped
+
+
+def point_from_result(config: RunConfig, result: dict[str, Any], *, reused: bool) -> SweepPoint:
+    """The point of a finished run's result dict (result.json)."""
+    data = config.eval_data or ""
+    ppl, dense = result.get("ppl") or {}, result.get("dense_ppl") or {}
+    return SweepPoint(method=config.method, sparsity=config.sparsity,
+                      achieved_sparsity=_num(result.get("achieved_sparsity")), ppl=_num(ppl.get(data)),
+                      dense_ppl=_num(dense.get(data)), prune_seconds=_num(result.get("prune_seconds")),
+                      reused=reused, run_id=str(result.get("run_id", "")))
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def run_sweep(configs: Sequence[RunConfig], cancel: CancelToken | None = None) -> Iterator[Event | SweepPoint]:
+    """Run (or reuse) each config in order; yield its events, then its :class:`SweepPoint`.
+
+    A run that fails yields a point with status "failed" and the sweep goes on; a cancelled
+    run yields a "cancelled" point and ends the sweep.
+    """
+    cancel = cancel or CancelToken()
+    for config in configs:
+        if cancel.cancelled:
+            yield SweepPoint(method=config.method, sparsity=config.sparsity, status="cancelled", error="cancelled")
+            return
+        record = find_finished(config.out_dir, config.reuse_key())
+        if record is not None and isinstance(record.result, dict):
+            yield point_from_result(config, {**record.result, "run_id": record.run_id}, reused=True)
+            continue
+        point = yield from _run_one(config, cancel)
+        yield point
+        if point.status == "cancelled":
+            return
+
+
+def _run_one(config: RunConfig, cancel: CancelToken) -> Iterator[Event]:
+    """Drive one run, yielding its events; returns (via StopIteration) its SweepPoint."""
+    run_id, failed = "", None
+    try:
+        for event in run(config, cancel):
+            yield event
+            if isinstance(event, RunStarted):
+                run_id = event.run_id
+            elif isinstance(event, RunFinished):
+                data = config.eval_data or ""
+                return SweepPoint(method=config.method, sparsity=config.sparsity,
+                                  achieved_sparsity=event.achieved_sparsity, ppl=_num(event.ppl.get(data)),
+                                  dense_ppl=_num(event.dense_ppl.get(data)), prune_seconds=event.prune_seconds,
+                                  run_id=run_id)
+            elif isinstance(event, RunFailed):
+                failed = event
+    except ToolkitError as exc:
+        return SweepPoint(method=config.method, sparsity=config.sparsity, status="failed", error=str(exc))
+    status = "cancelled" if failed is not None and failed.cancelled else "failed"
+    return SweepPoint(method=config.method, sparsity=config.sparsity, status=status, run_id=run_id,
+                      error=failed.error if failed is not None else "the run ended without a result")
+
+
+def dense_reference(points: Sequence[SweepPoint]) -> float | None:
+    """The dense perplexity measured by any point of the sweep (they share the protocol)."""
+    for point in points:
+        if math.isfinite(point.dense_ppl):
+            return point.dense_ppl
+    return None
+
+
+def write_csv(points: Sequence[SweepPoint], path: str | Path) -> Path:
+    """Write the sweep table (one row per point, :data:`COLUMNS`) to ``path``; returns it."""
+    path = Path(path)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[*COLUMNS, "error"])
+        writer.writeheader()
+        for point in points:
+            writer.writerow(point.to_dict())
+    return path

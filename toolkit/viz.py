@@ -1,0 +1,300 @@
+"""Plotly figure builders for a run's events (STYLE R8): pure functions, no I/O, no torch.
+
+Each builder takes the events of one kind (as kept by :class:`toolkit.live.RunView`) and returns
+a ``plotly.graph_objects.Figure``; the Gradio app and the notebook widgets draw the same figures.
+Mask figures live in :mod:`toolkit.viz_masks`.
+
+- :func:`error_heatmap`: relative reconstruction error, decoder layer × linear (SublayerPruned).
+- :func:`layer_error_figure`: the layer output error per decoder layer (LayerDone).
+- :func:`convergence_figure`: a solver's objective per iteration (SolverStep), or Thanos' error
+  per block (BlockStep).
+- :func:`lambda_figure`: FISTAPruner's λ bisection (LambdaStep): λ within its bounds, the
+  rounding-error ratio E_round/E_total against ξ, the sparsity before rounding.
+- :func:`sweep_figure`: sparsity vs perplexity per method, dense as a reference line.
+
+Figures are written as plain dicts and wrapped without plotly's property validation
+(:func:`figure`): validation costs 30–50 ms a figure, too slow to redraw a live run four times a
+second beside the pruning thread. The tests validate every builder's output instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from toolkit.events import BlockStep, LambdaStep, LayerDone, SolverStep, SublayerPruned
+from toolkit.live import error_matrix
+
+PALETTE = ("#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880", "#FF97FF",
+           "#FECB52")  # plotly's qualitative.Plotly
+HEIGHT = 340
+Spec = dict[str, Any]
+
+
+@functools.lru_cache(maxsize=1)
+def _template() -> Spec:
+    import plotly.io as pio
+
+    return pio.templates["plotly_white"].to_plotly_json()
+
+
+def figure(data: list[Spec], layout: Spec) -> go.Figure:
+    """A Figure from plain trace and layout dicts, skipping plotly's slow validation (see module doc)."""
+    layout = {"template": _template(), **_compact(layout)}
+    return go.Figure({"data": data, "layout": layout}, _validate=False)
+
+
+def _compact(layout: Spec) -> Spec:
+    """Drop None-valued settings (an option left unset) at the top two levels of a layout."""
+    return {key: {k: v for k, v in value.items() if v is not None} if isinstance(value, dict) else value
+            for key, value in layout.items() if value is not None}
+
+
+def base_layout(title: str, height: int = HEIGHT, revision: Any = None, **extra: Any) -> Spec:
+    """Title top-left, compact margins; ``uirevision`` keeps the user's zoom across live redraws."""
+    return {"title": {"text": title, "x": 0.01, "font": {"size": 14}}, "height": height,
+            "margin": {"l": 60, "r": 20, "t": 44, "b": 44}, "uirevision": revision if revision is not None else title,
+            **extra}
+
+
+def note_figure(title: str, text: str, height: int = HEIGHT, revision: Any = None) -> go.Figure:
+    """An empty figure with a centred grey note (nothing to draw yet)."""
+    hidden = {"showticklabels": False, "showgrid": False, "zeroline": False}
+    return figure([], base_layout(title, height, revision, xaxis=hidden, yaxis=hidden, annotations=[note(text)]))
+
+
+def note(text: str, x: float = 0.5, y: float = 0.5) -> Spec:
+    """A grey annotation in paper coordinates."""
+    return {"text": text, "x": x, "y": y, "xref": "paper", "yref": "paper", "showarrow": False,
+            "font": {"color": "#888", "size": 13}}
+
+
+def stacked(count: int, gap: float = 0.07) -> list[list[float]]:
+    """Vertical domains of ``count`` panels sharing the x axis, top first."""
+    height = (1.0 - gap * (count - 1)) / count
+    return [[max(0.0, round(1.0 - (i + 1) * height - i * gap, 6)), min(1.0, round(1.0 - i * height - i * gap, 6))]
+            for i in range(count)]
+
+
+def panel_title(text: str, x: float, y: float) -> Spec:
+    """A panel's title just above its domain (what make_subplots' subplot_titles draws)."""
+    return {"text": text, "x": x, "y": y, "xref": "paper", "yref": "paper", "xanchor": "center",
+            "yanchor": "bottom", "showarrow": False, "font": {"size": 12}}
+
+
+def short_names(names: Sequence[str]) -> list[str]:
+    """Last dotted component of each name (``self_attn.q_proj`` → ``q_proj``) unless that collides."""
+    short = [name.rsplit(".", 1)[-1] for name in names]
+    return short if len(set(short)) == len(short) else list(names)
+
+
+def method_color(method: str, methods: Sequence[str]) -> str:
+    """The colour of ``method`` given the ordered list of methods on the chart."""
+    index = list(methods).index(method) if method in methods else len(methods)
+    return PALETTE[index % len(PALETTE)]
+
+
+def _finite(values: Sequence[Any]) -> list[float]:
+    return [float(v) for v in values if isinstance(v, int | float) and math.isfinite(v)]
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def gaps(values: Sequence[Any]) -> list[float | None]:
+    """Floats with nan/inf as None (JSON null: a gap in the line)."""
+    return [v if math.isfinite(v) else None for v in (_float(x) for x in values)]
+
+
+def error_heatmap(
+    pruned: Sequence[SublayerPruned], *, num_layers: int = 0, linears: Sequence[str] = (),
+    title: str = "relative reconstruction error ‖ΔW·X‖ / ‖W·X‖", revision: Any = None,
+) -> go.Figure:
+    """Heat-map of ``rel_error``: rows are decoder layers (0 at the top), columns the linears.
+
+    Cells not pruned yet are empty; ``num_layers`` and ``linears`` (from RunStarted) lay the grid
+    out before the first event arrives so it fills in place.
+    """
+    matrix, columns = error_matrix(pruned, num_layers, linears)
+    rows = len(matrix)
+    height = max(HEIGHT, min(900, 100 + 18 * rows))
+    if not rows or not columns:
+        return note_figure(title, "waiting for the first pruned linear", height, revision)
+    values = _finite([v for row in matrix for v in row])
+    sparsity = {(e.layer, e.name): e.sparsity for e in pruned}
+    text = [[f"sparsity {_float(sparsity[(i, c)]):.3f}" if (i, c) in sparsity else "not yet" for c in columns]
+            for i in range(rows)]
+    trace = {"type": "heatmap", "z": [gaps(row) for row in matrix], "x": short_names(columns),
+             "y": list(range(rows)), "text": text, "colorscale": "Viridis", "zmin": 0.0,
+             "zmax": max(values) if values else 1.0, "colorbar": {"title": {"text": "rel. error"}}, "xgap": 1,
+             "ygap": 1, "hovertemplate": "layer %{y} · %{x}<br>rel. error %{z:.4f}<br>%{text}<extra></extra>"}
+    layout = base_layout(title, height, revision,
+                         yaxis={"title": {"text": "decoder layer"}, "autorange": "reversed",
+                                "dtick": 1 if rows <= 32 else None},
+                         xaxis={"title": {"text": "linear"}},
+                         annotations=[] if pruned else [note("waiting for the first pruned linear")])
+    return figure([trace], layout)
+
+
+def layer_error_figure(done: Sequence[LayerDone], *, num_layers: int = 0, revision: Any = None) -> go.Figure:
+    """Line of each decoder layer's output error ‖f̂(x) − f(x)‖/‖f(x)‖ against the dense layer."""
+    title = "layer output error vs dense"
+    if not done and not num_layers:
+        return note_figure(title, "waiting for the first finished layer", revision=revision)
+    trace = {"type": "scatter", "mode": "lines+markers", "name": "output error", "x": [e.layer for e in done],
+             "y": gaps([e.output_rel_error for e in done]), "customdata": gaps([e.seconds for e in done]),
+             "hovertemplate": "layer %{x}<br>output rel. error %{y:.4f}<br>%{customdata:.2f} s<extra></extra>"}
+    last = max([num_layers] + [e.layer + 1 for e in done])
+    layout = base_layout(title, revision=revision,
+                         xaxis={"title": {"text": "decoder layer"}, "range": [-0.5, max(last, 1) - 0.5]},
+                         yaxis={"title": {"text": "relative error"}, "rangemode": "tozero"},
+                         annotations=[] if done else [note("waiting for the first finished layer")])
+    return figure([trace], layout)
+
+
+def convergence_figure(steps: Sequence[SolverStep], blocks: Sequence[BlockStep] = (), *,
+                       revision: Any = None) -> go.Figure:
+    """Objective per iteration of the current linear's solver, one line per outer round.
+
+    Without SolverSteps but with BlockSteps (Thanos), bars of the error each column block added.
+    """
+    if steps:
+        return _solver_lines(steps, revision)
+    if blocks:
+        first = blocks[0]
+        trace = {"type": "bar", "name": "error added", "x": [b.block for b in blocks], "y": gaps([b.error for b in blocks]),
+                 "customdata": [[b.removed, _float(b.seconds)] for b in blocks],
+                 "hovertemplate": "block %{x}<br>error %{y:.4g}<br>removed %{customdata[0]}"
+                                  "<br>%{customdata[1]:.3f} s<extra></extra>"}
+        layout = base_layout(f"block-wise solve · layer {first.layer} · {first.name}", revision=revision,
+                             xaxis={"title": {"text": "column block"}}, yaxis={"title": {"text": "error added"}})
+        return figure([trace], layout)
+    return note_figure("solver convergence", "no iterative solver trace yet (FISTAPruner and Thanos draw here)",
+                       revision=revision)
+
+
+def _solver_lines(steps: Sequence[SolverStep], revision: Any) -> go.Figure:
+    first = steps[0]
+    rounds: dict[Any, list[SolverStep]] = {}
+    for step in steps:
+        rounds.setdefault(step.values.get("round"), []).append(step)
+    data = []
+    for index, (key, group) in enumerate(rounds.items()):
+        lam = group[0].values.get("lam")
+        name = "objective" if key is None else f"round {int(key)}" + (f" · λ={lam:.3g}" if lam is not None else "")
+        data.append({"type": "scatter", "mode": "lines+markers", "marker": {"size": 4}, "name": name,
+                     "x": [s.step for s in group], "y": gaps([s.objective for s in group]),
+                     "line": {"color": PALETTE[index % len(PALETTE)]},
+                     "hovertemplate": "iteration %{x}<br>objective %{y:.5g}<extra>%{fullData.name}</extra>"})
+    positive = all(s.objective > 0 for s in steps if math.isfinite(s.objective))
+    layout = base_layout(f"{first.solver} convergence · layer {first.layer} · {first.name}", revision=revision,
+                         xaxis={"title": {"text": "iteration"}},
+                         yaxis={"title": {"text": "objective"}, "type": "log" if positive else "linear"},
+                         showlegend=len(rounds) <= 12)
+    return figure(data, layout)
+
+
+def lambda_figure(steps: Sequence[LambdaStep], *, revision: Any = None) -> go.Figure:
+    """FISTAPruner's λ bisection for one linear: three panels sharing the round axis.
+
+    1. λ per round within [λ_low, λ_high] (log scale; a bound of 0 is not drawn);
+    2. E_round / E_total per round against the threshold ξ (above ξ, λ goes up);
+    3. the sparsity of the FISTA solution before rounding to the target.
+    Rounds that improved the best error have filled markers, the others open ones.
+    """
+    height = HEIGHT + 160
+    if not steps:
+        return note_figure("λ bisection", "the λ bisection trace appears for FISTAPruner runs", height, revision)
+    first = steps[0]
+    rounds = [s.round for s in steps]
+    marker = {"symbol": ["circle" if s.improved else "circle-open" for s in steps], "size": 8}
+    low = [v if v is not None and v > 0 else None for v in gaps([s.lam_low for s in steps])]
+
+    def line(y: list, name: str, axis: int, **style: Any) -> Spec:
+        return {"type": "scatter", "x": rounds, "y": y, "name": name, "xaxis": "x", "yaxis": f"y{axis if axis > 1 else ''}",
+                **style}
+
+    data = [
+        line(gaps([s.lam_high for s in steps]), "λ high", 1, mode="lines", line={"dash": "dot", "color": "#999"}),
+        line(low, "λ low", 1, mode="lines", line={"dash": "dot", "color": "#bbb"}, fill="tonexty",
+             fillcolor="rgba(150,150,150,0.12)"),
+        line(gaps([s.lam for s in steps]), "λ", 1, mode="lines+markers", marker=marker,
+             line={"color": PALETTE[0]}),
+        line(gaps([s.ratio for s in steps]), "E_round/E_total", 2, mode="lines+markers", marker=marker,
+             line={"color": PALETTE[1]}, customdata=[[_float(s.e_round), _float(s.e_total)] for s in steps],
+             hovertemplate="round %{x}<br>ratio %{y:.3f}<br>E_round %{customdata[0]:.4g}"
+                           "<br>E_total %{customdata[1]:.4g}<extra></extra>"),
+        line(gaps([s.xi for s in steps]), "ξ", 2, mode="lines", line={"dash": "dash", "color": "#d62728"}),
+        line(gaps([s.sparsity_before_rounding for s in steps]), "sparsity before rounding", 3,
+             mode="lines+markers", marker=marker, line={"color": PALETTE[2]}),
+    ]
+    lams = _finite([s.lam for s in steps] + [s.lam_high for s in steps] + [v for v in low if v])
+    domains = stacked(3)
+    titles = ("λ and its bounds", "E_round / E_total vs ξ", "sparsity before rounding")
+    layout = base_layout(f"λ bisection · layer {first.layer} · {first.name}", height, revision,
+                         margin={"l": 60, "r": 20, "t": 64, "b": 40},
+                         xaxis={"anchor": "y3", "title": {"text": "outer round"}, "dtick": 1 if len(steps) <= 30 else None},
+                         yaxis={"domain": domains[0], "title": {"text": "λ"},
+                                "type": "log" if lams and min(lams) > 0 else "linear"},
+                         yaxis2={"domain": domains[1], "title": {"text": "ratio"}, "rangemode": "tozero"},
+                         yaxis3={"domain": domains[2], "title": {"text": "zeros"}, "tickformat": ".0%"},
+                         annotations=[panel_title(t, 0.5, d[1]) for t, d in zip(titles, domains, strict=True)])
+    return figure(data, layout)
+
+
+def sweep_figure(points: Sequence[Mapping[str, Any]], *, dense_ppl: float | None = None,
+                 title: str = "perplexity vs sparsity", revision: Any = None) -> go.Figure:
+    """Sparsity (achieved) vs perplexity, one line per method; n:m points as separate diamonds.
+
+    ``points`` are dicts with ``method``, ``sparsity`` (the asked label: "50%", "2:4" or
+    "structured:30%"), ``achieved_sparsity`` and ``ppl`` (nan / None when not measured).
+    ``dense_ppl`` draws a dashed reference line. The perplexity axis is logarithmic.
+    """
+    methods = list(dict.fromkeys(str(p["method"]) for p in points))
+    data = []
+    for method in methods:
+        mine = [p for p in points if p["method"] == method and math.isfinite(_float(p.get("ppl")))]
+        for pattern in ("unstructured", "structured", "nm"):
+            group = sorted((p for p in mine if _pattern(p["sparsity"]) == pattern),
+                           key=lambda p: _float(p.get("achieved_sparsity")))
+            if group:
+                data.append(_sweep_trace(method, pattern, group, method_color(method, methods)))
+    if dense_ppl is not None and math.isfinite(dense_ppl):
+        xs = _finite([_float(p.get("achieved_sparsity")) for p in points])
+        data.append({"type": "scatter", "mode": "lines", "name": f"dense ({dense_ppl:.2f})",
+                     "x": [0.0, max(xs + [0.7])], "y": [dense_ppl, dense_ppl], "line": {"dash": "dash", "color": "#444"}})
+    if not data:
+        return note_figure(title, "points appear as the runs finish", 420, revision)
+    layout = base_layout(title, 420, revision, xaxis={"title": {"text": "sparsity (achieved)"}, "tickformat": ".0%"},
+                         yaxis={"title": {"text": "perplexity (log)"}, "type": "log"})
+    return figure(data, layout)
+
+
+def _sweep_trace(method: str, pattern: str, group: list[Mapping[str, Any]], color: str) -> Spec:
+    symbol, dash, suffix = {"unstructured": ("circle", "solid", ""), "structured": ("square", "dot", " (structured)"),
+                            "nm": ("diamond", None, " (n:m)")}[pattern]
+    labels = [str(p["sparsity"]) for p in group]
+    trace = {"type": "scatter", "name": method + suffix, "legendgroup": method,
+             "x": [_float(p.get("achieved_sparsity")) for p in group], "y": [_float(p["ppl"]) for p in group],
+             "marker": {"symbol": symbol, "size": 9 if dash else 12, "color": color}, "customdata": labels,
+             "hovertemplate": f"{method} %{{customdata}}<br>achieved %{{x:.1%}}<br>ppl %{{y:.3f}}<extra></extra>"}
+    if dash:
+        trace.update(mode="lines+markers", line={"dash": dash, "color": color})
+    else:
+        trace.update(mode="markers+text", text=labels, textposition="top center")
+    return trace
+
+
+def _pattern(sparsity: Any) -> str:
+    text = str(sparsity)
+    if text.startswith("structured"):
+        return "structured"
+    return "nm" if ":" in text else "unstructured"
