@@ -7,6 +7,8 @@ most every :data:`PERIOD` seconds, with only the figures that changed. :func:`bu
 tab out and wires it.
 """
 
+import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +21,10 @@ from toolkit.errors import ToolkitError
 from toolkit.events import RunStarted
 from toolkit.live import RunView
 
-PERIOD = 0.25  # seconds between page refreshes while a run streams (4 per second)
+log = logging.getLogger(__name__)
+PERIOD = 0.25  # seconds between refreshes of the status line while a run streams (4 per second)
+FIGURE_PERIOD = 0.5  # a figure at most twice a second: a redraw costs the browser far more than text
+FIGURES_PER_TICK = 2  # and at most two figures a tick, the longest-waiting first, to keep the page responsive
 QUEUE_POLL = 0.5
 OUTPUTS = ("status", "heatmap", "layers", "solver", "lambda", "warnings", "result", "files", "notice", "run_id")
 
@@ -36,6 +41,7 @@ def run_stream(settings: forms.RunSettings, *, runs_dir: str, session: str = "lo
     Closing the generator (Gradio's Cancel / a closed tab) cancels the run or leaves the queue.
     Every failure is a message in ``status`` (and ``notice``), never an exception.
     """
+    log.info("run requested by session %s", session)
     try:
         config = forms.to_config(settings, runs_dir)
     except ToolkitError as exc:
@@ -47,11 +53,12 @@ def run_stream(settings: forms.RunSettings, *, runs_dir: str, session: str = "lo
     try:
         yield from _wait_turn(job, line, ticket, config)
         if job.token.cancelled:
-            yield {"status": "**⏹ cancelled** while waiting in the queue; nothing was run."}
+            yield {"status": "**■ cancelled** while waiting in the queue; nothing was run."}
             return
         job.start(lambda: run(config, job.token), on_exit=lambda: line.leave(ticket))
         yield from _follow(job, clock, Path(runs_dir), config)
     finally:
+        log.info("run stream of session %s closed (job %s)", session, job.state)
         if job.state == "queued":  # closed while waiting: step out of the line
             line.leave(ticket)
             job.state = "done"
@@ -64,7 +71,7 @@ def _wait_turn(job: Job, line: Any, ticket: int, config: RunConfig) -> Iterator[
     """Yield the queue position until this ticket holds the device (or the job is cancelled)."""
     while not job.token.cancelled and not line.try_start(ticket):
         ahead = line.position(ticket)
-        yield {"status": f"**⏳ queued** · position {ahead} in line for device `{config.device}` "
+        yield {"status": f"**… queued** · position {ahead} in line for device `{config.device}` "
                          f"({ahead} run{'s' if ahead != 1 else ''} ahead of you; one pruning at a time)"}
         time.sleep(QUEUE_POLL)
 
@@ -72,9 +79,9 @@ def _wait_turn(job: Job, line: Any, ticket: int, config: RunConfig) -> Iterator[
 def _follow(job: Job, clock: Callable[[], float], runs_dir: Path, config: RunConfig) -> Iterator[dict[str, Any]]:
     """Fold the job's events into a RunView and yield throttled refreshes, then the final state."""
     view, sent, error = RunView(), None, ""
-    yield {"status": f"**⏳ starting** · loading {config.model} and the calibration text…", "files": None,
+    yield {"status": f"**▶ starting** · loading {config.model} and the calibration text…", "files": None,
            **{name: views.figure(view, name) for name in views.FIGURES}, "warnings": "", "result": ""}
-    next_tick = clock() + PERIOD
+    next_tick, drawn_at = clock() + PERIOD, dict.fromkeys(views.FIGURES, -math.inf)
     while True:
         item = job.get(next_tick - clock())
         if item is DONE:
@@ -86,7 +93,11 @@ def _follow(job: Job, clock: Callable[[], float], runs_dir: Path, config: RunCon
             if isinstance(item, RunStarted):
                 job.run_id = item.run_id
         if clock() >= next_tick and view.status != "idle":
-            update, sent = views.render(view, clock(), sent)
+            now = clock()
+            due = sorted((n for n in views.stale(view, sent) if now - drawn_at[n] >= FIGURE_PERIOD), key=drawn_at.get)
+            figures = tuple(due[:FIGURES_PER_TICK])
+            update, sent = views.render(view, now, sent, figures=figures)
+            drawn_at.update(dict.fromkeys(figures, now))
             yield update
             next_tick = clock() + PERIOD
     yield _final(view, error, runs_dir, config)
@@ -111,19 +122,20 @@ def _final(view: RunView, error: str, runs_dir: Path, config: RunConfig) -> dict
 def cancel_message(session: str, runs_dir: str, wait: float = 20.0) -> str:
     """Cancel the session's run (or its place in the queue); say how it ended."""
     job = SESSIONS.get(session, "run")
+    log.info("cancel requested by session %s (job %s)", session, job and job.state)
     if job is None or (job.finished.is_set() and not job.token.cancelled):
         return "Nothing to cancel: no run is going on in this tab."
     job.cancel()
     job.finished.wait(wait)
     if not job.run_id:
-        return "**⏹ cancelled** before it started; nothing was run."
+        return "**■ cancelled** before it started; nothing was run."
     try:
         status = open_run(Path(runs_dir) / job.run_id).status
     except ToolkitError:
         status = "cancelled"
     if not job.finished.is_set():
-        return f"**⏹ cancelling** run `{job.run_id}`: it stops at the next linear."
-    return f"**⏹ cancelled** · run `{job.run_id}` is marked **{status}** in the run store."
+        return f"**■ cancelling** run `{job.run_id}`: it stops at the next linear."
+    return f"**■ cancelled** · run `{job.run_id}` is marked **{status}** in the run store."
 
 
 # -- layout and wiring ------------------------------------------------------------------------

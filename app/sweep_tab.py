@@ -92,7 +92,7 @@ def sweep_stream(settings: SweepSettings, *, runs_dir: str, session: str = "loca
     try:
         yield from _wait_turn(job, line, ticket, configs[0])
         if job.token.cancelled:
-            yield {"status": "**⏹ cancelled** while waiting in the queue; nothing was run."}
+            yield {"status": "**■ cancelled** while waiting in the queue; nothing was run."}
             return
         job.start(lambda: run_sweep(configs, job.token), on_exit=lambda: line.leave(ticket))
         yield from _follow(job, configs, notes, clock)
@@ -132,7 +132,7 @@ def _follow(job: Job, configs: list[RunConfig], notes: list[str], clock: Callabl
             next_tick = clock() + PERIOD
     final = _view(points, len(configs), RunView(), clock(), notes)
     cancelled = any(p.status == "cancelled" for p in points)
-    final["status"] = ("**⏹ sweep cancelled** · " if cancelled else "**✅ sweep done** · ") + final["status"]
+    final["status"] = ("**■ sweep cancelled** · " if cancelled else "**✓ sweep done** · ") + final["status"]
     if errors:
         final["status"] += "\n\n" + "\n\n".join(error_status(e) for e in errors)
     if points:
@@ -182,7 +182,7 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
             return "Nothing to cancel: no sweep is going on in this tab."
         job.cancel()
         job.finished.wait(20.0)
-        return "**⏹ sweep cancelled**; finished points stay in the run store and are reused next time."
+        return "**■ sweep cancelled**; finished points stay in the run store and are reused next time."
 
     event = start.click(handler, inputs={model, model_path, methods, sparsities, *protocol.components},
                         outputs=list(outputs.values()), concurrency_limit=16, show_progress="hidden")

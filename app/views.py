@@ -26,9 +26,10 @@ def figure(view: RunView, name: str) -> Any:
     if name == "heatmap":
         return viz.error_heatmap(view.pruned, num_layers=view.num_layers, linears=view.linears, revision=key)
     if name == "layers":
-        return viz.layer_error_figure(view.layers_done, num_layers=view.num_layers, revision=key)
+        return viz.layer_error_figure(view.layers_done, num_layers=view.num_layers, revision=key,
+                                      height=viz.heatmap_height(view.num_layers))
     if name == "solver":
-        return viz.convergence_figure(view.solver.steps, view.blocks.steps, revision=key)
+        return viz.convergence_figure(view.solver.steps, view.blocks.steps, revision=key, height=viz.LAMBDA_HEIGHT)
     return viz.lambda_figure(view.lambdas.steps, revision=key)
 
 
@@ -38,7 +39,7 @@ def bar(fraction: float, width: int = 24) -> str:
     return "▰" * filled + "▱" * (width - filled)
 
 
-STATUS_WORDS = {"running": "⏳ running", "finished": "✅ finished", "failed": "❌ failed", "cancelled": "⏹ cancelled",
+STATUS_WORDS = {"running": "▶ running", "finished": "✓ finished", "failed": "✗ failed", "cancelled": "■ cancelled",
                 "idle": "idle"}
 
 
@@ -47,7 +48,7 @@ def status_markdown(view: RunView, now: float) -> str:
     if view.status == "idle":
         return "Pick a model, a method and a sparsity, then **Run**."
     head = f"**{STATUS_WORDS.get(view.status, view.status)}** · {view.method} {view.sparsity} on {view.model_label}"
-    lines = [head, f"`{bar(view.fraction_done)}` {progress_line(view, now)}"]
+    lines = [head, f'<progress value="{view.fraction_done:.3f}" max="1"></progress> {progress_line(view, now)}']
     if view.status == "failed":
         lines.append(f"**Error:** {view.error}")
     elif view.status == "cancelled":
@@ -92,14 +93,25 @@ def warnings_text(view: RunView) -> str:
     return "\n".join(view.warnings) if view.warnings else ""
 
 
-def render(view: RunView, now: float, sent: dict[str, int] | None = None) -> tuple[dict[str, Any], dict[str, int]]:
+def stale(view: RunView, sent: dict[str, int] | None) -> list[str]:
+    """The figures whose data changed since revisions ``sent``."""
+    return [name for name in FIGURES if sent is None or sent.get(name, -1) != view.revision.get(name, 0)]
+
+
+def render(view: RunView, now: float, sent: dict[str, int] | None = None,
+           figures: tuple[str, ...] = FIGURES) -> tuple[dict[str, Any], dict[str, int]]:
     """Output values for the sections changed since revisions ``sent``; returns them and the new revisions.
 
-    ``sent=None`` renders everything. Keys: status, heatmap, layers, solver, lambda, warnings, result.
+    ``sent=None`` renders everything; only the figures named in ``figures`` are drawn (the
+    others stay stale for a later call). Keys: status, heatmap, layers, solver, lambda, warnings,
+    result.
     """
     revisions = dict(view.revision)
     out: dict[str, Any] = {"status": status_markdown(view, now)}
     for name in (*FIGURES, "warnings", "result"):
+        if name in FIGURES and name not in figures:
+            revisions[name] = (sent or {}).get(name, -1)
+            continue
         if sent is not None and sent.get(name, -1) == revisions.get(name, 0):
             continue
         if name in FIGURES:

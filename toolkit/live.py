@@ -286,10 +286,12 @@ def traced_linears(events: Iterable[Event]) -> list[tuple[int, str]]:
     return list(seen)
 
 
-def format_seconds(seconds: float) -> str:
-    """``42 s``, ``3 min 05 s``, ``1 h 02 min``; ``–`` when unknown."""
+def format_seconds(seconds: float, tenths: bool = False) -> str:
+    """``42 s`` (``4.2 s`` with ``tenths`` under a minute), ``3 min 05 s``, ``1 h 02 min``; ``–`` when unknown."""
     if not math.isfinite(seconds) or seconds < 0:
         return "–"
+    if tenths and seconds < 60:
+        return f"{seconds:.1f} s"
     seconds = int(round(seconds))
     if seconds < 60:
         return f"{seconds} s"
@@ -307,7 +309,7 @@ def progress_line(view: RunView, now: float) -> str:
     if view.current_linear and view.status == "running":
         parts.append(view.current_linear)
     parts.append(f"{view.fraction_done:.0%} of linears")
-    parts.append(f"elapsed {format_seconds(view.elapsed(now))}")
+    parts.append(f"elapsed {format_seconds(view.elapsed(now), tenths=True)}")
     if view.status == "running":
         eta = view.eta(now)
         parts.append(f"about {format_seconds(eta)} left" if math.isfinite(eta) else "estimating time left")

@@ -13,13 +13,12 @@ Mask figures live in :mod:`toolkit.viz_masks`.
 - :func:`sweep_figure`: sparsity vs perplexity per method, dense as a reference line.
 
 Figures are written as plain dicts and wrapped without plotly's property validation
-(:func:`figure`): validation costs 30–50 ms a figure, too slow to redraw a live run four times a
-second beside the pruning thread. The tests validate every builder's output instead.
+(:func:`figure`): validation costs 30–50 ms a figure, too slow to redraw a live run several times
+a second beside the pruning thread. The tests validate every builder's output instead.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,19 +31,26 @@ from toolkit.live import error_matrix
 PALETTE = ("#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880", "#FF97FF",
            "#FECB52")  # plotly's qualitative.Plotly
 HEIGHT = 340
+LAMBDA_HEIGHT = 500  # three stacked panels
 Spec = dict[str, Any]
 
 
-@functools.lru_cache(maxsize=1)
-def _template() -> Spec:
-    import plotly.io as pio
-
-    return pio.templates["plotly_white"].to_plotly_json()
+AXIS_STYLE = {"gridcolor": "#EBF0F8", "linecolor": "#EBF0F8", "zerolinecolor": "#EBF0F8", "automargin": True}
+PAGE_STYLE = {"paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"color": "#2a3f5f"}, "colorway": list(PALETTE),
+              "hoverlabel": {"align": "left"}}
 
 
 def figure(data: list[Spec], layout: Spec) -> go.Figure:
-    """A Figure from plain trace and layout dicts, skipping plotly's slow validation (see module doc)."""
-    layout = {"template": _template(), **_compact(layout)}
+    """A Figure from plain trace and layout dicts, skipping plotly's slow validation (see module doc).
+
+    The look of plotly's "plotly_white" is set directly rather than through its template: a
+    template makes each browser redraw (Plotly.react) 5–10 × slower.
+    """
+    layout = {"template": {"layout": {}}, **PAGE_STYLE, **_compact(layout)}
+    for key in [k for k in layout if k.startswith(("xaxis", "yaxis"))] or ["xaxis", "yaxis"]:
+        layout[key] = {**AXIS_STYLE, **layout.get(key, {})}
+    for key in ("xaxis", "yaxis"):
+        layout.setdefault(key, dict(AXIS_STYLE))
     return go.Figure({"data": data, "layout": layout}, _validate=False)
 
 
@@ -114,6 +120,11 @@ def gaps(values: Sequence[Any]) -> list[float | None]:
     return [v if math.isfinite(v) else None for v in (_float(x) for x in values)]
 
 
+def heatmap_height(num_layers: int) -> int:
+    """Pixels for a heat-map of ``num_layers`` rows (the layer-error line beside it uses the same)."""
+    return max(HEIGHT, min(900, 100 + 18 * num_layers))
+
+
 def error_heatmap(
     pruned: Sequence[SublayerPruned], *, num_layers: int = 0, linears: Sequence[str] = (),
     title: str = "relative reconstruction error ‖ΔW·X‖ / ‖W·X‖", revision: Any = None,
@@ -121,11 +132,14 @@ def error_heatmap(
     """Heat-map of ``rel_error``: rows are decoder layers (0 at the top), columns the linears.
 
     Cells not pruned yet are empty; ``num_layers`` and ``linears`` (from RunStarted) lay the grid
-    out before the first event arrives so it fills in place.
+    out before the first event arrives so it fills in place. The title counts the cells filled.
     """
     matrix, columns = error_matrix(pruned, num_layers, linears)
     rows = len(matrix)
-    height = max(HEIGHT, min(900, 100 + 18 * rows))
+    if rows and columns:
+        filled = sum(1 for row in matrix for value in row if math.isfinite(value))
+        title = f"{title} · {filled} of {rows * len(columns)} linears"
+    height = heatmap_height(rows)
     if not rows or not columns:
         return note_figure(title, "waiting for the first pruned linear", height, revision)
     values = _finite([v for row in matrix for v in row])
@@ -144,62 +158,67 @@ def error_heatmap(
     return figure([trace], layout)
 
 
-def layer_error_figure(done: Sequence[LayerDone], *, num_layers: int = 0, revision: Any = None) -> go.Figure:
+def layer_error_figure(done: Sequence[LayerDone], *, num_layers: int = 0, revision: Any = None,
+                       height: int = HEIGHT) -> go.Figure:
     """Line of each decoder layer's output error ‖f̂(x) − f(x)‖/‖f(x)‖ against the dense layer."""
     title = "layer output error vs dense"
     if not done and not num_layers:
-        return note_figure(title, "waiting for the first finished layer", revision=revision)
+        return note_figure(title, "waiting for the first finished layer", height, revision)
     trace = {"type": "scatter", "mode": "lines+markers", "name": "output error", "x": [e.layer for e in done],
              "y": gaps([e.output_rel_error for e in done]), "customdata": gaps([e.seconds for e in done]),
              "hovertemplate": "layer %{x}<br>output rel. error %{y:.4f}<br>%{customdata:.2f} s<extra></extra>"}
     last = max([num_layers] + [e.layer + 1 for e in done])
-    layout = base_layout(title, revision=revision,
-                         xaxis={"title": {"text": "decoder layer"}, "range": [-0.5, max(last, 1) - 0.5]},
+    layout = base_layout(title, height, revision,
+                         xaxis={"title": {"text": "decoder layer"}, "range": [-0.5, max(last, 1) - 0.5],
+                                "dtick": 1 if last <= 32 else None},
                          yaxis={"title": {"text": "relative error"}, "rangemode": "tozero"},
                          annotations=[] if done else [note("waiting for the first finished layer")])
     return figure([trace], layout)
 
 
 def convergence_figure(steps: Sequence[SolverStep], blocks: Sequence[BlockStep] = (), *,
-                       revision: Any = None) -> go.Figure:
+                       revision: Any = None, height: int = HEIGHT) -> go.Figure:
     """Objective per iteration of the current linear's solver, one line per outer round.
 
     Without SolverSteps but with BlockSteps (Thanos), bars of the error each column block added.
     """
     if steps:
-        return _solver_lines(steps, revision)
+        return _solver_lines(steps, revision, height)
     if blocks:
         first = blocks[0]
         trace = {"type": "bar", "name": "error added", "x": [b.block for b in blocks], "y": gaps([b.error for b in blocks]),
                  "customdata": [[b.removed, _float(b.seconds)] for b in blocks],
                  "hovertemplate": "block %{x}<br>error %{y:.4g}<br>removed %{customdata[0]}"
                                   "<br>%{customdata[1]:.3f} s<extra></extra>"}
-        layout = base_layout(f"block-wise solve · layer {first.layer} · {first.name}", revision=revision,
+        layout = base_layout(f"block-wise solve · layer {first.layer} · {first.name}", height, revision,
                              xaxis={"title": {"text": "column block"}}, yaxis={"title": {"text": "error added"}})
         return figure([trace], layout)
     return note_figure("solver convergence", "no iterative solver trace yet (FISTAPruner and Thanos draw here)",
-                       revision=revision)
+                       height, revision)
 
 
-def _solver_lines(steps: Sequence[SolverStep], revision: Any) -> go.Figure:
+def _solver_lines(steps: Sequence[SolverStep], revision: Any, height: int) -> go.Figure:
+    """One line through every iteration; marker colour = outer round (cheap to redraw: no legend)."""
     first = steps[0]
-    rounds: dict[Any, list[SolverStep]] = {}
-    for step in steps:
-        rounds.setdefault(step.values.get("round"), []).append(step)
-    data = []
-    for index, (key, group) in enumerate(rounds.items()):
-        lam = group[0].values.get("lam")
-        name = "objective" if key is None else f"round {int(key)}" + (f" · λ={lam:.3g}" if lam is not None else "")
-        data.append({"type": "scatter", "mode": "lines+markers", "marker": {"size": 4}, "name": name,
-                     "x": [s.step for s in group], "y": gaps([s.objective for s in group]),
-                     "line": {"color": PALETTE[index % len(PALETTE)]},
-                     "hovertemplate": "iteration %{x}<br>objective %{y:.5g}<extra>%{fullData.name}</extra>"})
+    rounds = [s.values.get("round") for s in steps]
+    lams = [s.values.get("lam") for s in steps]
+    trace = {"type": "scatter", "mode": "lines+markers", "name": "objective", "x": [s.step for s in steps],
+             "y": gaps([s.objective for s in steps]), "line": {"color": "#b0b7c9", "width": 1},
+             "customdata": [[r if r is not None else "–", lam if lam is not None else math.nan]
+                            for r, lam in zip(rounds, lams, strict=True)],
+             "hovertemplate": "iteration %{x}<br>objective %{y:.5g}<br>round %{customdata[0]} · "
+                              "λ %{customdata[1]:.3g}<extra></extra>"}
+    if any(r is not None for r in rounds):
+        trace["marker"] = {"size": 5, "color": [r if r is not None else 0 for r in rounds], "colorscale": "Viridis",
+                           "colorbar": {"title": {"text": "round"}, "thickness": 12}, "showscale": True}
+    else:
+        trace["marker"] = {"size": 5, "color": PALETTE[0]}
     positive = all(s.objective > 0 for s in steps if math.isfinite(s.objective))
-    layout = base_layout(f"{first.solver} convergence · layer {first.layer} · {first.name}", revision=revision,
+    layout = base_layout(f"{first.solver} convergence · layer {first.layer} · {first.name}", height, revision,
                          xaxis={"title": {"text": "iteration"}},
                          yaxis={"title": {"text": "objective"}, "type": "log" if positive else "linear"},
-                         showlegend=len(rounds) <= 12)
-    return figure(data, layout)
+                         showlegend=False)
+    return figure([trace], layout)
 
 
 def lambda_figure(steps: Sequence[LambdaStep], *, revision: Any = None) -> go.Figure:
@@ -210,7 +229,7 @@ def lambda_figure(steps: Sequence[LambdaStep], *, revision: Any = None) -> go.Fi
     3. the sparsity of the FISTA solution before rounding to the target.
     Rounds that improved the best error have filled markers, the others open ones.
     """
-    height = HEIGHT + 160
+    height = LAMBDA_HEIGHT
     if not steps:
         return note_figure("λ bisection", "the λ bisection trace appears for FISTAPruner runs", height, revision)
     first = steps[0]
@@ -240,7 +259,7 @@ def lambda_figure(steps: Sequence[LambdaStep], *, revision: Any = None) -> go.Fi
     domains = stacked(3)
     titles = ("λ and its bounds", "E_round / E_total vs ξ", "sparsity before rounding")
     layout = base_layout(f"λ bisection · layer {first.layer} · {first.name}", height, revision,
-                         margin={"l": 60, "r": 20, "t": 64, "b": 40},
+                         margin={"l": 60, "r": 20, "t": 64, "b": 40}, showlegend=False,
                          xaxis={"anchor": "y3", "title": {"text": "outer round"}, "dtick": 1 if len(steps) <= 30 else None},
                          yaxis={"domain": domains[0], "title": {"text": "λ"},
                                 "type": "log" if lams and min(lams) > 0 else "linear"},
