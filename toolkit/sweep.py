@@ -110,23 +110,27 @@ def run_sweep(configs: Sequence[RunConfig], cancel: CancelToken | None = None) -
 
 
 def _run_one(config: RunConfig, cancel: CancelToken) -> Iterator[Event]:
-    """Drive one run, yielding its events; returns (via StopIteration) its SweepPoint."""
-    run_id, failed = "", None
+    """Drive one run to its end, yielding its events; returns (via StopIteration) its SweepPoint.
+
+    The run's generator is always drained: closing it early would cancel the shared token.
+    """
+    run_id, finished, failed = "", None, None
     try:
         for event in run(config, cancel):
             yield event
             if isinstance(event, RunStarted):
                 run_id = event.run_id
             elif isinstance(event, RunFinished):
-                data = config.eval_data or ""
-                return SweepPoint(method=config.method, sparsity=config.sparsity,
-                                  achieved_sparsity=event.achieved_sparsity, ppl=_num(event.ppl.get(data)),
-                                  dense_ppl=_num(event.dense_ppl.get(data)), prune_seconds=event.prune_seconds,
-                                  run_id=run_id)
+                finished = event
             elif isinstance(event, RunFailed):
                 failed = event
     except ToolkitError as exc:
         return SweepPoint(method=config.method, sparsity=config.sparsity, status="failed", error=str(exc))
+    if finished is not None:
+        data = config.eval_data or ""
+        return SweepPoint(method=config.method, sparsity=config.sparsity, achieved_sparsity=finished.achieved_sparsity,
+                          ppl=_num(finished.ppl.get(data)), dense_ppl=_num(finished.dense_ppl.get(data)),
+                          prune_seconds=finished.prune_seconds, run_id=run_id)
     status = "cancelled" if failed is not None and failed.cancelled else "failed"
     return SweepPoint(method=config.method, sparsity=config.sparsity, status=status, run_id=run_id,
                       error=failed.error if failed is not None else "the run ended without a result")
@@ -149,3 +153,21 @@ def write_csv(points: Sequence[SweepPoint], path: str | Path) -> Path:
         for point in points:
             writer.writerow(point.to_dict())
     return path
+
+
+def stored_points(records: Sequence[Any], model: str | None = None) -> list[SweepPoint]:
+    """Points of the finished runs in ``records`` (optionally of one ``model``), for a sweep chart."""
+    points = []
+    for record in records:
+        config, result = record.config, record.result
+        if record.status != "finished" or not isinstance(config, dict) or not isinstance(result, dict):
+            continue
+        if model is not None and config.get("model") != model:
+            continue
+        data = config.get("eval_data") or ""
+        ppl, dense = result.get("ppl") or {}, result.get("dense_ppl") or {}
+        points.append(SweepPoint(method=str(config.get("method")), sparsity=str(config.get("sparsity")),
+                                 achieved_sparsity=_num(result.get("achieved_sparsity")), ppl=_num(ppl.get(data)),
+                                 dense_ppl=_num(dense.get(data)), prune_seconds=_num(result.get("prune_seconds")),
+                                 reused=True, run_id=record.run_id))
+    return points

@@ -1,0 +1,237 @@
+"""The app's handlers driven directly (STYLE R19d): tiny-llama runs, bad input, queue, cancel, tabs.
+
+The Gradio layer itself (build_app, the page) is exercised by tests/test_browser.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from synthetic_runs import hand_edit, write_run
+
+from app import compare_tab, forms, runs_tab, sweep_tab
+from app.jobs import SESSIONS, DeviceQueue, device_queue
+from app.run_tab import cancel_message, run_stream
+from toolkit.api import RunConfig, list_runs
+
+ROOT = Path(__file__).resolve().parent.parent
+UI_FILES = [*sorted((ROOT / "app").glob("*.py")), *(ROOT / "toolkit" / f for f in (
+    "widgets.py", "viz.py", "viz_masks.py", "live.py", "compare.py"))]
+QUICK = forms.Protocol(nsamples=4, seqlen=32, eval_seqlen=32, eval_windows=2, device="cpu")
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Top-level package of every import statement in ``path``."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("path", UI_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_ui_never_imports_torch(path: Path) -> None:
+    assert "torch" not in imported_modules(path)
+
+
+def test_figure_and_state_modules_load_without_torch() -> None:
+    code = "import sys, toolkit.live, toolkit.viz, toolkit.viz_masks, toolkit.compare; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def settings(**fields: object) -> forms.RunSettings:
+    return forms.RunSettings(**{"model": "tiny-llama", "method": "wanda", "protocol": QUICK, **fields})
+
+
+def drain(stream: object) -> list[dict]:
+    return list(stream)  # type: ignore[call-overload]
+
+
+# -- forms ---------------------------------------------------------------------------------------
+def test_form_to_config() -> None:
+    config = forms.to_config(settings(method="sparsegpt", pattern="n:m", nm="2:4", options={"block_size": 64.0,
+                                      "damp_frac": 0.01}, extra_options="# tuned\ndamp_frac = 0.05"), "runs")
+    assert config.sparsity == "2:4" and config.options == {"block_size": 64, "damp_frac": "0.05"}
+    assert config.eval_windows == 2 and config.out_dir == "runs"
+    structured = forms.to_config(settings(pattern="structured", percent=30), "runs")
+    assert structured.sparsity == "structured:30%"
+    assert forms.to_config(settings(model_path=" /some/dir ", protocol=forms.Protocol(evaluate=False)),
+                           "r").model == "/some/dir"
+    assert forms.pattern_labels("fista") == ["unstructured", "n:m"]
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"model": "", "model_path": ""}, "no model given"),
+    ({"method": "fista", "extra_options": "fista_iters=abc"}, "must be int"),
+    ({"method": "fista", "options": {"fista_iters": 2.5}}, "must be int"),
+    ({"method": "wandda"}, "Did you mean: wanda"),
+    ({"extra_options": "just words"}, "write key=value"),
+    ({"percent": 120}, "outside"),
+    ({"method": "fista", "pattern": "structured"}, "fista supports"),
+    ({"protocol": forms.Protocol(nsamples=0)}, "nsamples must be"),
+])
+def test_bad_form_input_is_a_message(tmp_path: Path, fields: dict, message: str) -> None:
+    (update,) = drain(run_stream(settings(**fields), runs_dir=str(tmp_path), session="bad"))
+    assert message in update["status"] and update["status"].startswith("**⚠") and update["notice"]
+    assert not list_runs(tmp_path)
+
+
+# -- runs on tiny-llama ---------------------------------------------------------------------------
+def test_run_streams_progress_then_result_and_downloads(tmp_path: Path) -> None:
+    line = device_queue("cpu")
+    blocker = line.join()
+    assert line.try_start(blocker)  # someone else holds the device for half a second
+    threading.Timer(0.6, line.leave, args=(blocker,)).start()
+    updates = drain(run_stream(settings(), runs_dir=str(tmp_path), session="s1"))
+    statuses = [u["status"] for u in updates]
+    assert "queued" in statuses[0] and "position 1" in statuses[0]
+    assert any("▶ running" in s for s in statuses)
+    figures = [u["heatmap"] for u in updates if "heatmap" in u]
+    assert any(len(f.data) and any(v is not None for row in f.data[0].z for v in row) for f in figures)
+    final = updates[-1]
+    assert "✓ finished" in final["status"] and "perplexity (wiki" in final["result"]
+    names = sorted(Path(f).name.rsplit("-", 1)[-1] for f in final["files"])
+    assert names == ["masks.zip", "result.json"] and all(Path(f).exists() for f in final["files"])
+    (record,) = list_runs(tmp_path)
+    assert record.status == "finished" and final["run_id"] == record.run_id
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"pattern": "n:m", "nm": "3:7"}, "divisible by 7"),
+    ({"model": "nobody/not-a-model"}, "could not load model"),
+])
+def test_refused_runs_are_messages_and_the_app_keeps_serving(tmp_path: Path, fields: dict, message: str) -> None:
+    updates = drain(run_stream(settings(**fields), runs_dir=str(tmp_path), session="s2"))
+    assert message in updates[-1]["status"] and updates[-1]["notice"]
+    assert not device_queue("cpu").busy  # the device was given back
+
+
+def _slow(**fields: object) -> forms.RunSettings:
+    return settings(method="fista", extra_options="fista_iters=5000\ninner_tol=0", **fields)
+
+
+def test_cancel_button_marks_the_run_cancelled(tmp_path: Path) -> None:
+    stream = run_stream(_slow(), runs_dir=str(tmp_path), session="s3")
+    updates: list[dict] = []
+    worker = threading.Thread(target=lambda: updates.extend(stream))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while not any("▶ running" in u.get("status", "") for u in updates) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    message = cancel_message("s3", str(tmp_path))
+    worker.join(30)
+    assert "cancelled" in message and "marked **cancelled**" in message
+    assert "■ cancelled" in updates[-1]["status"]
+    (record,) = list_runs(tmp_path)
+    assert record.status == "cancelled"
+    assert "marked **cancelled**" in cancel_message("s3", str(tmp_path))  # asking again says the same
+
+
+def test_closing_the_stream_cancels_the_run(tmp_path: Path) -> None:
+    stream = run_stream(_slow(), runs_dir=str(tmp_path), session="s4")
+    for update in stream:
+        if "▶ running" in update.get("status", ""):
+            break
+    stream.close()  # what Gradio does on Cancel or a closed tab
+    job = SESSIONS.get("s4", "run")
+    assert job is not None and job.finished.wait(30)
+    (record,) = list_runs(tmp_path)
+    assert record.status == "cancelled"
+
+
+def test_device_queue_positions() -> None:
+    line = DeviceQueue()
+    first, second, third = line.join(), line.join(), line.join()
+    assert not line.try_start(second) and line.try_start(first)
+    assert [line.position(t) for t in (first, second, third)] == [0, 1, 2]
+    line.leave(second)
+    assert line.position(second) == -1 and line.position(third) == 1
+    line.leave(first)
+    assert line.try_start(third) and line.busy
+
+
+def test_closed_tab_cancels_its_jobs() -> None:
+    job = SESSIONS.begin("tab", "run")
+    job.state = "running"
+    assert SESSIONS.close_session("tab") == 1 and job.token.cancelled and SESSIONS.get("tab", "run") is None
+
+
+# -- sweep, runs, compare tabs ---------------------------------------------------------------------
+def test_sweep_reuses_stored_runs_and_runs_the_rest(tmp_path: Path) -> None:
+    base = RunConfig(model="tiny-llama", method="magnitude", sparsity="50%", nsamples=4, seqlen=32, eval_seqlen=32,
+                     eval_windows=2, device="cpu", out_dir=str(tmp_path))
+    for method, sparsity in (("magnitude", "50%"), ("wanda", "50%"), ("wanda", "2:4")):
+        config = {**base.to_dict(), "method": method, "sparsity": sparsity, "eval_dense": True}
+        write_run(tmp_path, config, ppl=30.0 if sparsity == "2:4" else 25.0)
+    sweep = sweep_tab.SweepSettings(model="tiny-llama", methods=["magnitude", "wanda"],
+                                    sparsities=["30%", "50%", "2:4"], protocol=QUICK)
+    updates = drain(sweep_tab.sweep_stream(sweep, runs_dir=str(tmp_path), session="sw"))
+    final = updates[-1]
+    assert "sweep done" in final["status"] and "6 of 6 points" in final["status"]
+    reused = {(row[0], row[1]): row[7] for row in final["table"]}
+    assert sum(reused.values()) == 3 and not reused[("magnitude", "30%")]
+    assert len(final["curve"].data) == 5  # magnitude, magnitude n:m, wanda, wanda n:m, dense
+    csv = Path(final["csv"]).read_text().splitlines()
+    assert csv[0].startswith("method,sparsity,achieved_sparsity,ppl") and len(csv) == 7
+    assert len(list_runs(tmp_path)) == 6
+
+
+def test_sweep_bad_input() -> None:
+    (update,) = drain(sweep_tab.sweep_stream(sweep_tab.SweepSettings(methods=[]), runs_dir="runs"))
+    assert "at least one method" in update["status"]
+
+
+def test_runs_table_survives_hand_edits(tmp_path: Path) -> None:
+    good = write_run(tmp_path, {"model": "tiny-llama", "method": "wanda", "sparsity": "50%", "options": {"a": 1}})
+    broken = write_run(tmp_path, {"model": "tiny-llama", "method": "wanda", "sparsity": "60%"})
+    hand_edit(broken, "config.json", "{not json")
+    odd = write_run(tmp_path, {"model": "tiny-llama", "method": "wanda", "sparsity": "70%"})
+    hand_edit(odd, "config.json", json.dumps(["a", "list"]))
+    weird = write_run(tmp_path, {"model": "tiny-llama", "method": "magnitude", "sparsity": "50%"})
+    hand_edit(weird, "result.json", json.dumps({"ppl": "high", "achieved_sparsity": "half"}))
+    table = runs_tab.runs_table(str(tmp_path))
+    assert "1 folder skipped" in table["message"] and len(table["rows"]) == 3
+    rows = {row[0]: row for row in table["rows"]}
+    assert rows[good.name][3] == "a=1" and rows[good.name][6] == 25.0
+    assert rows[odd.name][-1].startswith("damaged")
+    assert rows[weird.name][5] is None and rows[weird.name][6] is None
+
+
+def test_replay_a_stored_run(tmp_path: Path) -> None:
+    path = write_run(tmp_path, {"model": "tiny-llama", "method": "fista", "sparsity": "50%"})
+    with open(path / "events.jsonl", "a", encoding="utf-8") as handle:
+        handle.write("this line was typed by hand\n")
+    view = runs_tab.replay_view(path.name, str(tmp_path))
+    assert "✓ finished" in view["status"] and "unreadable" in view["warnings"]
+    assert "2 of 4 linears" not in view["heatmap"].layout.title.text and view["lambda"].data
+    assert view["traces"][-1] == "1 · mlp.down_proj"
+    trace = runs_tab.trace_view(path.name, "0 · self_attn.q_proj", str(tmp_path))
+    assert "layer 0 · self_attn.q_proj" in trace["solver"].layout.title.text
+    assert "⚠" in runs_tab.replay_view("no-such-run", str(tmp_path))["status"]
+    assert "⚠" in runs_tab.trace_view(path.name, "garbage", str(tmp_path))["status"]
+
+
+def test_compare_tab(tmp_path: Path) -> None:
+    a = write_run(tmp_path, {"model": "tiny-llama", "method": "wanda", "sparsity": "50%"}, seed=1)
+    b = write_run(tmp_path, {"model": "tiny-llama", "method": "magnitude", "sparsity": "50%"}, seed=2)
+    other = write_run(tmp_path, {"model": "tiny-opt", "method": "wanda", "sparsity": "50%"}, seed=3)
+    assert {value for _, value in compare_tab.run_choices(str(tmp_path))} == {a.name, b.name, other.name}
+    found = compare_tab.linear_choices([a.name, b.name], str(tmp_path))
+    assert found["layers"] == ["0", "1"] and found["linears"] == ["mlp.down_proj", "self_attn.q_proj"]
+    view = compare_tab.compare_view([a.name, b.name], "1", "mlp.down_proj", 4, str(tmp_path))
+    assert "IoU" in view["message"] and len(view["masks"].data) == 2 and len(view["all_linears"].data) == 3
+    bad = compare_tab.compare_view([a.name, other.name], "0", "mlp.down_proj", 4, str(tmp_path))
+    assert "different models" in bad["message"] and "masks" not in bad
+    assert "two or more" in compare_tab.compare_view([a.name], "0", "x", 4, str(tmp_path))["message"]
+    assert "not in" in compare_tab.compare_view([a.name, "gone"], "0", "x", 4, str(tmp_path))["message"]
+    assert "no mask" in compare_tab.compare_view([a.name, b.name], "7", "x", 4, str(tmp_path))["message"]

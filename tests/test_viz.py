@@ -1,0 +1,163 @@
+"""Figure builders (toolkit.viz, toolkit.viz_masks): data and layout asserted on synthetic input.
+
+Builders skip plotly's validation for speed, so every test also validates the figure.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+from synthetic_runs import run_events
+
+from toolkit import viz, viz_masks
+from toolkit.events import BlockStep, LambdaStep, LayerDone, SolverStep, SublayerPruned
+from toolkit.live import fold
+
+
+def valid(fig: go.Figure) -> go.Figure:
+    """Raise if plotly would reject the figure; return it."""
+    go.Figure(fig.to_dict())
+    return fig
+
+
+def of(events: list, kind: type) -> list:
+    return [e for e in events if isinstance(e, kind)]
+
+
+def test_error_heatmap_grid_values_and_title() -> None:
+    events = run_events(layers=3)
+    pruned = of(events, SublayerPruned)[:3]  # layer 0 both linears, layer 1 first
+    fig = valid(viz.error_heatmap(pruned, num_layers=3, linears=["self_attn.q_proj", "mlp.down_proj"]))
+    (trace,) = fig.data
+    assert trace.type == "heatmap" and list(trace.x) == ["q_proj", "down_proj"]
+    z = [list(row) for row in trace.z]
+    assert len(z) == 3 and z[0] == [pytest.approx(0.1), pytest.approx(0.11)]
+    assert z[1][1] is None and z[2] == [None, None]  # not yet pruned: empty cells
+    assert "3 of 6 linears" in fig.layout.title.text
+    assert fig.layout.yaxis.autorange == "reversed" and fig.layout.uirevision is not None
+
+
+def test_error_heatmap_before_any_event() -> None:
+    fig = valid(viz.error_heatmap([]))
+    assert not fig.data and "waiting" in fig.layout.annotations[0].text
+    laid_out = valid(viz.error_heatmap([], num_layers=4, linears=["a.b"]))
+    assert len(laid_out.data[0].z) == 4 and "0 of 4" in laid_out.layout.title.text
+
+
+def test_short_names_keep_full_names_when_they_collide() -> None:
+    assert viz.short_names(["self_attn.o_proj", "mlp.o_proj"]) == ["self_attn.o_proj", "mlp.o_proj"]
+    assert viz.short_names(["mlp.up_proj", "fc1"]) == ["up_proj", "fc1"]
+
+
+def test_layer_error_line() -> None:
+    done = of(run_events(layers=3), LayerDone)
+    fig = valid(viz.layer_error_figure(done, num_layers=5))
+    assert list(fig.data[0].x) == [0, 1, 2] and list(fig.data[0].y) == pytest.approx([0.05, 0.1, 0.15])
+    assert tuple(fig.layout.xaxis.range) == (-0.5, 4.5)
+
+
+def test_convergence_solver_steps_colour_rounds() -> None:
+    view = fold(run_events())
+    fig = valid(viz.convergence_figure(view.solver.steps))
+    (trace,) = fig.data
+    assert list(trace.x) == [0, 1, 2, 3, 4, 5] and trace.y[0] == 10.0
+    assert list(trace.marker.color) == [0, 0, 0, 1, 1, 1]
+    assert fig.layout.yaxis.type == "log" and "fista convergence" in fig.layout.title.text
+
+
+def test_convergence_without_rounds_or_positive_objective() -> None:
+    steps = [SolverStep(layer=0, name="w", solver="pgd", step=k, objective=-k, values={}) for k in range(3)]
+    fig = valid(viz.convergence_figure(steps))
+    assert fig.layout.yaxis.type == "linear" and fig.data[0].marker.color == viz.PALETTE[0]
+
+
+def test_convergence_block_steps_and_empty() -> None:
+    blocks = [BlockStep(layer=2, name="w", block=b, removed=10 * b, error=0.1 * b, seconds=0.01) for b in range(4)]
+    fig = valid(viz.convergence_figure([], blocks))
+    assert fig.data[0].type == "bar" and list(fig.data[0].y) == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    empty = valid(viz.convergence_figure([]))
+    assert not empty.data and "FISTAPruner" in empty.layout.annotations[0].text
+
+
+def test_lambda_figure_panels() -> None:
+    steps = [LambdaStep(layer=0, name="q", round=r, lam=10.0 ** -r, lam_low=0.0 if r == 0 else 1e-6, lam_high=1.0,
+                        e_total=1.0, e_round=0.2 * r, ratio=0.2 * r, xi=0.3, sparsity_before_rounding=0.3 + 0.1 * r,
+                        improved=r % 2 == 0) for r in range(4)]
+    fig = valid(viz.lambda_figure(steps))
+    names = [t.name for t in fig.data]
+    assert names == ["λ high", "λ low", "λ", "E_round/E_total", "ξ", "sparsity before rounding"]
+    lam_low = fig.data[1]
+    assert lam_low.y[0] is None and lam_low.y[1] == 1e-6  # a bound of 0 cannot sit on a log axis
+    assert list(fig.data[4].y) == [0.3] * 4 and fig.data[3].yaxis == "y2" and fig.data[5].yaxis == "y3"
+    assert list(fig.data[2].marker.symbol) == ["circle", "circle-open", "circle", "circle-open"]
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis3.tickformat == ".0%"
+    assert valid(viz.lambda_figure([])).layout.annotations[0].text.startswith("the λ bisection")
+
+
+def test_sweep_figure_lines_nm_points_and_dense() -> None:
+    points = [{"method": "wanda", "sparsity": s, "achieved_sparsity": a, "ppl": p}
+              for s, a, p in (("50%", 0.5, 30.0), ("10%", 0.1, 21.0), ("2:4", 0.5, 40.0))]
+    points += [{"method": "magnitude", "sparsity": "50%", "achieved_sparsity": 0.5, "ppl": math.nan},
+               {"method": "magnitude", "sparsity": "structured:30%", "achieved_sparsity": 0.3, "ppl": 90.0}]
+    fig = valid(viz.sweep_figure(points, dense_ppl=20.0))
+    names = [t.name for t in fig.data]
+    assert names == ["wanda", "wanda (n:m)", "magnitude (structured)", "dense (20.00)"]
+    assert list(fig.data[0].x) == [0.1, 0.5]  # sorted by sparsity
+    assert fig.data[1].mode == "markers+text" and list(fig.data[1].text) == ["2:4"]
+    assert list(fig.data[3].y) == [20.0, 20.0] and fig.layout.yaxis.type == "log"
+    assert fig.data[0].marker.color == fig.data[1].marker.color  # one colour per method
+    assert not valid(viz.sweep_figure([])).data
+
+
+def test_downsample_block_average() -> None:
+    mask = np.zeros((600, 100), dtype=bool)
+    mask[:3, :] = True  # the first block row is fully kept
+    image, block = viz_masks.downsample(mask, 256)
+    assert image.shape == (200, 100) and block == (3, 1)
+    assert image[0, 0] == 1.0 and image[1, 0] == 0.0
+    odd, block = viz_masks.downsample(np.ones((5, 513), dtype=bool), 256)  # edge blocks average real cells only
+    assert block == (1, 3) and odd.shape == (5, 171) and np.all(odd == 1.0)
+    small, block = viz_masks.downsample(np.eye(4, dtype=bool))
+    assert block == (1, 1) and small.shape == (4, 4)
+
+
+def test_mask_images_and_difference() -> None:
+    a = np.tile([True, False], (64, 600))  # (64, 1200): downsampled to ≤ 256 columns
+    b = ~a
+    fig = valid(viz_masks.mask_images_figure({"A": a, "B": b}))
+    assert len(fig.data) == 2 and fig.data[0].z.shape[1] <= 256 and fig.data[1].xaxis == "x2"
+    assert fig.layout.xaxis2.matches == "x" and "sparsity 50.0%" in fig.layout.annotations[0].text
+    diff = valid(viz_masks.mask_difference_figure(a[:, :8], b[:, :8], ("A", "B")))
+    assert set(np.unique(diff.data[0].z)) == {-1.0, 1.0}
+    assert "256 kept only in A" in diff.layout.title.text
+
+
+def test_overlap_histograms_and_all_linears() -> None:
+    rows = [{"pair": "A vs B", "iou": 0.5, "hamming": 0.25, "group_agreement": math.nan},
+            {"pair": "A vs C", "iou": 1.0, "hamming": 0.0, "group_agreement": 1.0}]
+    bars = valid(viz_masks.overlap_figure(rows))
+    assert [t.name for t in bars.data] == ["IoU of kept weights", "Hamming distance", "n:m group agreement"]
+    assert list(bars.data[2].text) == ["n/a", "1.000"] and bars.layout.barmode == "group"
+    masks = {"A": np.eye(8, dtype=bool), "B": np.ones((8, 8), dtype=bool)}
+    hist = valid(viz_masks.sparsity_histograms(masks))
+    assert len(hist.data) == 4 and hist.data[1].xaxis == "x2"
+    assert list(hist.data[0].x) == pytest.approx([7 / 8] * 8)
+    every = [{"layer": layer, "name": name, "pair": "A vs B", "iou": 0.5, "hamming": 0.1, "group_agreement": 0.9}
+             for layer in range(2) for name in ("mlp.up_proj", "self_attn.q_proj")]
+    chart = valid(viz_masks.all_linears_overlap_figure(every))
+    assert len(chart.data) == 3 and list(chart.data[0].x) == ["L0 up_proj", "L0 q_proj", "L1 up_proj", "L1 q_proj"]
+    assert not valid(viz_masks.all_linears_overlap_figure([])).data
+
+
+def test_builders_do_not_validate_so_they_are_fast() -> None:
+    import time
+
+    view = fold(run_events(layers=30))
+    start = time.perf_counter()
+    for _ in range(5):
+        viz.error_heatmap(view.pruned, num_layers=30, linears=view.linears)
+        viz.lambda_figure(view.lambdas.steps)
+    assert (time.perf_counter() - start) / 10 < 0.05  # validated builders take 30-50 ms each

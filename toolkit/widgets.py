@@ -1,0 +1,239 @@
+"""Jupyter widgets (ipywidgets + plotly FigureWidget) over the same events and figures as the app.
+
+- :class:`Dashboard`: the Run view in a notebook: a small form, Run / Cancel, and the live
+  heat-map, layer-error line, solver convergence and λ bisection, progress and warnings.
+  ``Dashboard().run()`` runs in the cell (widgets refresh as it goes); the Run button runs in a
+  background thread so Cancel stays clickable.
+- :func:`compare_masks`: keep-masks of two runs for one linear, their difference and overlap.
+- :func:`sweep_plot`: perplexity vs sparsity, from the run store or by running a sweep.
+
+Like the app, this module reads events and run records only and never imports torch (STYLE R7).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkit import compare, viz, viz_masks
+from toolkit.api import CancelToken, RunConfig, list_methods, list_runs, open_run, run
+from toolkit.errors import ToolkitError
+from toolkit.live import RunView, format_seconds, progress_line
+from toolkit.runs import RunRecord
+
+REFRESH = 0.5  # seconds between widget refreshes while a run streams
+
+
+def _figure(view: RunView, name: str) -> Any:
+    key = view.run_id or "idle"
+    if name == "heatmap":
+        return viz.error_heatmap(view.pruned, num_layers=view.num_layers, linears=view.linears, revision=key)
+    if name == "layers":
+        return viz.layer_error_figure(view.layers_done, num_layers=view.num_layers, revision=key)
+    if name == "solver":
+        return viz.convergence_figure(view.solver.steps, view.blocks.steps, revision=key)
+    return viz.lambda_figure(view.lambdas.steps, revision=key)
+
+
+def _copy_into(widget: Any, figure: Any) -> None:
+    """Make FigureWidget ``widget`` show ``figure`` (traces replaced when their kinds change)."""
+    same = len(widget.data) == len(figure.data) and all(
+        a.type == b.type for a, b in zip(widget.data, figure.data, strict=True))
+    if not same:
+        widget.data = []
+        widget.add_traces(list(figure.data))
+    with widget.batch_update():
+        if same:
+            for old, new in zip(widget.data, figure.data, strict=True):
+                old.update(new.to_plotly_json(), overwrite=True)
+        widget.update_layout(figure.layout.to_plotly_json(), overwrite=True)
+
+
+def _parse_options(text: str) -> dict[str, str]:
+    options = {}
+    for item in text.replace("\n", ",").split(","):
+        if item.strip():
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ToolkitError(f"options are key=value pairs separated by commas, got {item.strip()!r}")
+            options[key.strip()] = value.strip()
+    return options
+
+
+class Dashboard:
+    """The Run view for notebooks; display it, then press Run or call :meth:`run`."""
+
+    FIGURES = ("heatmap", "layers", "solver", "lambda")
+
+    def __init__(self, model: str = "smollm2-135m", method: str = "wanda", sparsity: str = "50%", *,
+                 runs_dir: str = "runs", **protocol: Any) -> None:
+        import ipywidgets as w
+        import plotly.graph_objects as go
+
+        settings = {"nsamples": 8, "seqlen": 128, "eval_seqlen": 128, "eval_windows": 16, "options": "", **protocol}
+        self.runs_dir = runs_dir
+        self.model = w.Text(value=model, description="model")
+        self.method = w.Dropdown(options=[m["name"] for m in list_methods()], value=method, description="method")
+        self.sparsity = w.Text(value=sparsity, description="sparsity", placeholder="50%, 2:4, structured:30%")
+        self.options = w.Text(value=str(settings["options"]), description="options", placeholder="key=value, …")
+        self.nsamples = w.BoundedIntText(value=int(settings["nsamples"]), min=1, max=100000, description="nsamples")
+        self.seqlen = w.BoundedIntText(value=int(settings["seqlen"]), min=2, max=1 << 16, description="seqlen")
+        self.evaluate = w.Checkbox(value=True, description="evaluate")
+        self.eval_windows = w.BoundedIntText(value=int(settings["eval_windows"]), min=0, max=1 << 20,
+                                             description="eval windows")
+        self.eval_seqlen = int(settings["eval_seqlen"])
+        self.run_button = w.Button(description="Run", button_style="primary")
+        self.cancel_button = w.Button(description="Cancel", button_style="danger")
+        self.status = w.HTML("Pick a model, a method and a sparsity, then Run.")
+        self.warnings = w.Textarea(value="", description="warnings", layout=w.Layout(width="100%", height="60px"))
+        self.result = w.HTML("")
+        self.figures = {name: go.FigureWidget(_figure(RunView(), name)) for name in self.FIGURES}
+        self.view = RunView()
+        self.result_dict: dict[str, Any] | None = None
+        self._token: CancelToken | None = None
+        self._thread: threading.Thread | None = None
+        self.run_button.on_click(lambda _: self.start())
+        self.cancel_button.on_click(lambda _: self.cancel())
+        form = w.VBox([w.HBox([self.model, self.method, self.sparsity]), w.HBox([self.options, self.nsamples,
+                       self.seqlen]), w.HBox([self.evaluate, self.eval_windows, self.run_button, self.cancel_button])])
+        self.widget = w.VBox([form, self.status, w.HBox([self.figures["heatmap"], self.figures["layers"]]),
+                              w.HBox([self.figures["solver"], self.figures["lambda"]]), self.warnings, self.result])
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+    def config(self, **overrides: Any) -> RunConfig:
+        """The RunConfig of the form (``overrides`` win); raises ToolkitError for bad input."""
+        fields = {"model": self.model.value.strip(), "method": self.method.value, "sparsity": self.sparsity.value,
+                  "options": _parse_options(self.options.value), "nsamples": self.nsamples.value,
+                  "seqlen": self.seqlen.value, "eval_data": "wiki" if self.evaluate.value else None,
+                  "eval_seqlen": self.eval_seqlen, "eval_windows": self.eval_windows.value or None,
+                  "eval_dense": True, "out_dir": self.runs_dir}
+        fields.update(overrides)
+        return RunConfig(**fields)
+
+    def run(self, **overrides: Any) -> RunView:
+        """Run in this cell (the widgets refresh as events arrive); returns the final RunView."""
+        self._token = CancelToken()
+        try:
+            self._drive(self.config(**overrides), self._token)
+        except ToolkitError as exc:
+            self.status.value = f"<b>⚠ {exc}</b>"
+        return self.view
+
+    def start(self, **overrides: Any) -> None:
+        """Run in a background thread (what the Run button does) so Cancel stays responsive."""
+        if self._thread is not None and self._thread.is_alive():
+            self.status.value = "<b>A run is going on; cancel it first.</b>"
+            return
+        self._thread = threading.Thread(target=self.run, kwargs=overrides, daemon=True)
+        self._thread.start()
+
+    def cancel(self) -> None:
+        """Stop the current run at its next cancellation point (recorded as cancelled)."""
+        if self._token is not None:
+            self._token.cancel()
+
+    def _drive(self, config: RunConfig, token: CancelToken) -> None:
+        self.view, self.result_dict, last = RunView(), None, -math.inf
+        self.status.value = f"starting: loading {config.model}…"
+        for event in run(config, token):
+            self.view.apply(event, time.monotonic())
+            if time.monotonic() - last >= REFRESH or event.kind in ("RunFinished", "RunFailed"):
+                self.refresh()
+                last = time.monotonic()
+        self.refresh()
+        record = Path(config.out_dir) / self.view.run_id
+        if self.view.status == "finished" and (record / "result.json").exists():
+            self.result_dict = open_run(record).result
+
+    def refresh(self) -> None:
+        """Redraw status, figures, warnings and result from :attr:`view`."""
+        view, now = self.view, time.monotonic()
+        self.status.value = f"<b>{view.status}</b> · {view.method} {view.sparsity} · {progress_line(view, now)}"
+        for name, widget in self.figures.items():
+            _copy_into(widget, _figure(view, name))
+        self.warnings.value = "\n".join(view.warnings)
+        if view.status == "finished":
+            rows = "".join(f"<tr><td>{k}</td><td>{view.dense_ppl.get(k, math.nan):.3f}</td><td>{v:.3f}</td></tr>"
+                           for k, v in view.ppl.items())
+            self.result.value = (f"<table><tr><th>ppl</th><th>dense</th><th>pruned</th></tr>{rows}</table>"
+                                 f"achieved sparsity {view.achieved_sparsity:.2%} · prune time "
+                                 f"{format_seconds(view.prune_seconds)} · run {view.run_id}")
+        elif view.status in ("failed", "cancelled"):
+            self.result.value = f"<b>{view.status}</b>: {view.error}"
+
+
+def _record(run_ref: RunRecord | str | Path, runs_dir: str | Path) -> RunRecord:
+    if isinstance(run_ref, RunRecord):
+        return run_ref
+    path = Path(run_ref)
+    return open_run(path if path.is_dir() else Path(runs_dir) / str(run_ref))
+
+
+@dataclass
+class MaskComparison:
+    """Figures comparing keep-masks; displays them all in a notebook."""
+
+    metrics: list[dict[str, Any]]
+    masks: Any
+    difference: Any
+    overlap: Any
+    histograms: Any
+    all_linears: Any | None = None
+
+    def figures(self) -> list[Any]:
+        """Every figure, in display order."""
+        return [f for f in (self.masks, self.difference, self.overlap, self.histograms, self.all_linears) if f]
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        for figure in self.figures():
+            display(figure)
+
+
+def compare_masks(run_a: RunRecord | str | Path, run_b: RunRecord | str | Path, *more: RunRecord | str | Path,
+                  layer: int, linear: str, m: int = 4, runs_dir: str | Path = "runs",
+                  every_linear: bool = False) -> MaskComparison:
+    """Compare the keep-masks of two (or more) runs for linear ``linear`` of decoder ``layer``.
+
+    Runs are records, run folders or run ids under ``runs_dir``. Raises :class:`ToolkitError`
+    for runs of different models or shapes. ``every_linear`` adds the all-linears overlap chart.
+    """
+    records = [_record(r, runs_dir) for r in (run_a, run_b, *more)]
+    masks = compare.load_masks(records, layer, linear)
+    labels = list(masks)
+    rows = compare.pairwise(masks, m)
+    return MaskComparison(
+        metrics=rows, masks=viz_masks.mask_images_figure(masks),
+        difference=viz_masks.mask_difference_figure(masks[labels[0]], masks[labels[1]], (labels[0], labels[1])),
+        overlap=viz_masks.overlap_figure(rows), histograms=viz_masks.sparsity_histograms(masks),
+        all_linears=viz_masks.all_linears_overlap_figure(compare.all_linears(records, m)) if every_linear else None)
+
+
+def sweep_plot(*, model: str | None = None, methods: Sequence[str] = (), sparsities: Sequence[str] = (),
+               runs_dir: str | Path = "runs", **protocol: Any) -> Any:
+    """Perplexity vs sparsity per method, dense as a reference line.
+
+    With ``methods`` and ``sparsities`` it runs the sweep on ``model`` (``protocol``: RunConfig
+    fields such as nsamples, seqlen, eval_windows), reusing runs already in the store; without
+    them it plots every finished run of ``model`` in the store.
+    """
+    from toolkit.sweep import dense_reference, plan, run_sweep, stored_points
+
+    if methods and sparsities:
+        base = RunConfig(model=model or "smollm2-135m", method=methods[0], out_dir=str(runs_dir), **protocol)
+        configs, _ = plan(base, list(methods), list(sparsities))
+        points = [p for p in run_sweep(configs) if not hasattr(p, "kind")]
+    else:
+        points = stored_points(list_runs(runs_dir), model)
+    return viz.sweep_figure([p.to_dict() for p in points], dense_ppl=dense_reference(points),
+                            title=f"perplexity vs sparsity · {model or 'all models'}")
