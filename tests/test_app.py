@@ -117,7 +117,7 @@ def test_refused_runs_are_messages_and_the_app_keeps_serving(tmp_path: Path, fie
 
 
 def _slow(**fields: object) -> forms.RunSettings:
-    return settings(method="fista", extra_options="fista_iters=5000\ninner_tol=0", **fields)
+    return settings(method="fista", extra_options="max_rounds=100000\npatience=100000\neps=1e-12", **fields)
 
 
 def test_cancel_button_marks_the_run_cancelled(tmp_path: Path) -> None:

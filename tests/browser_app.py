@@ -1,0 +1,119 @@
+"""Shared helpers for driving the dashboard in headless Chromium (tests and the screenshot script).
+
+Chromium comes from Debian (``apt-get install chromium``), never from Playwright's downloader.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+# Records, from the moment of the click, every change of the run status and the heat-map title.
+WATCH_JS = """() => {
+  window._watch = []; const t0 = performance.now();
+  const note = () => {
+    const title = document.querySelector('#run-heatmap .gtitle');
+    const status = document.querySelector('#run-status');
+    window._watch.push([performance.now() - t0, title ? title.textContent : '', status ? status.innerText : '']);
+  };
+  for (const id of ['#run-heatmap', '#run-status'])
+    new MutationObserver(note).observe(document.querySelector(id), {subtree: true, childList: true, characterData: true});
+  document.querySelector('#run-button').click();
+}"""
+
+
+def chromium_path() -> str | None:
+    """The Debian chromium binary, or None."""
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def serve(runs_dir: str, model: str = "tiny-llama") -> Iterator[str]:
+    """The app on a free localhost port (engine imports warmed first); yields its URL."""
+    from app.app import CSS, build_app, warm_up
+
+    warm_up().join()
+    demo = build_app(default_model=model, runs_dir=runs_dir)
+    demo.queue(default_concurrency_limit=4)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS,
+                footer_links=[])
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+@contextmanager
+def browser() -> Iterator[Any]:
+    """A headless Debian Chromium driven by Playwright."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def open_page(chromium: Any, url: str, width: int = 1500, height: int = 1100) -> Any:
+    page = chromium.new_page(viewport={"width": width, "height": height})
+    page.goto(url)
+    page.wait_for_selector("#run-button")
+    return page
+
+
+def pick(page: Any, dropdown: str, value: str) -> None:
+    """Choose ``value`` in the Gradio dropdown with elem_id ``dropdown``."""
+    page.click(f"#{dropdown} input")
+    page.locator(f'li[aria-label="{value}"]').first.click()
+
+
+def set_extra_options(page: Any, text: str) -> None:
+    page.get_by_text("Method options").click()
+    page.fill("#run-extra textarea", text)
+
+
+def status(page: Any, element: str = "#run-status") -> str:
+    return page.inner_text(element)
+
+
+def wait_for_text(page: Any, element: str, text: str, timeout: float = 120.0) -> str:
+    """Poll ``element`` until it contains ``text``; return its text."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        current = page.inner_text(element)
+        if text in current:
+            return current
+        time.sleep(0.1)
+    raise AssertionError(f"{element} never showed {text!r}; last: {page.inner_text(element)!r}")
+
+
+def first_cell_seconds(watch: list[list[Any]]) -> float | None:
+    """Seconds from the click to the first heat-map title counting a filled cell."""
+    import re
+
+    for when, title, _ in watch:
+        found = re.search(r"(\d+) of (\d+) linears", title or "")
+        if found and int(found.group(1)) >= 1:
+            return when / 1000.0
+    return None
+
+
+def first_running_seconds(watch: list[list[Any]]) -> float | None:
+    """Seconds from the click to the first status saying the run started (model and data loaded)."""
+    for when, _, text in watch:
+        if "running" in (text or ""):
+            return when / 1000.0
+    return None
