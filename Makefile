@@ -1,11 +1,12 @@
-# PruneLab: `make demo` sets up and runs the main job; `make test` sets up and runs the tests.
+# PruneLab: `make demo` launches the dashboard (http://127.0.0.1:7860); `make cli-demo` runs the CLI job;
+# `make test` sets up and runs every test (slow notebooks and the headless-Chromium browser test included).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo cli-demo test test-fast bench clean
 
 setup: $(VENV)/.installed
 
@@ -18,10 +19,13 @@ $(VENV)/.installed: requirements.txt requirements-embedded.txt
 	touch $@
 
 demo: setup
+	$(PY) -m app
+
+cli-demo: setup
 	$(PY) -m toolkit prune --model smollm2-135m --method wanda --sparsity 50% --eval-dense
 
 test: setup
-	$(PY) -m pytest -m "slow or not slow" -q
+	$(PY) -m pytest -m "slow or not slow or browser" -q
 
 test-fast: setup
 	$(PY) -m pytest -q

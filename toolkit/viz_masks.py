@@ -18,6 +18,8 @@ from toolkit.compare import column_sparsity, row_sparsity, sparsity
 from toolkit.viz import PALETTE, gaps, base_layout, figure, note_figure, panel_title, short_names, stacked
 
 MAX_SIDE = 256
+KEPT_SCALE = [[0.0, "#ffffff"], [1.0, "#1f2430"]]  # pruned white, kept dark
+DIFF_SCALE = [[0.0, "#2166ac"], [0.5, "#ffffff"], [1.0, "#b2182b"]]  # −1 only in B (blue), +1 only in A (red)
 METRICS = (("iou", "IoU of kept weights"), ("hamming", "Hamming distance"), ("group_agreement", "n:m group agreement"))
 
 
@@ -70,7 +72,7 @@ def mask_images_figure(masks: Mapping[str, np.ndarray], *, title: str = "keep-ma
     data, layout, titles = [], base_layout(title, 440, margin={"l": 60, "r": 20, "t": 90, "b": 40}), []
     for index, (label, mask) in enumerate(masks.items(), 1):
         image, block = downsample(mask, max_side)
-        data.append(_image(image, block, index, colorscale="Greys", zmin=0, zmax=1, name=label,
+        data.append(_image(image, block, index, colorscale=KEPT_SCALE, zmin=0, zmax=1, name=label,
                            showscale=index == len(masks), colorbar={"title": {"text": "kept"}}))
         suffix = str(index) if index > 1 else ""
         layout[f"xaxis{suffix}"] = {"domain": domains[index - 1], "anchor": f"y{suffix}", "title": {"text": "input"},
@@ -91,8 +93,7 @@ def mask_difference_figure(a: np.ndarray, b: np.ndarray, labels: tuple[str, str]
     image, block = downsample(diff, max_side)
     only_a, only_b = int(np.count_nonzero(diff > 0)), int(np.count_nonzero(diff < 0))
     title = f"difference: {only_a} kept only in {labels[0]} (red), {only_b} only in {labels[1]} (blue)"
-    trace = _image(image, block, colorscale="RdBu", reversescale=True, zmin=-1, zmax=1, zmid=0,
-                   colorbar={"title": {"text": "A − B"}})
+    trace = _image(image, block, colorscale=DIFF_SCALE, zmin=-1, zmax=1, colorbar={"title": {"text": "A − B"}})
     layout = base_layout(title, 420, yaxis={"autorange": "reversed", "title": {"text": "output"}},
                          xaxis={"title": {"text": "input"}})
     return figure([trace], layout)
