@@ -144,7 +144,8 @@ def protocol_fields(protocol: Protocol) -> dict[str, Any]:
         raise ToolkitError("pick a calibration source (wiki is embedded)")
     windows = _int(protocol.eval_windows or 0, "eval windows", 0)
     return {
-        "calib": calib, "nsamples": _int(protocol.nsamples, "nsamples", 1), "seqlen": _int(protocol.seqlen, "seqlen", 2),
+        "calib": calib, "nsamples": _int(protocol.nsamples, "nsamples", 1),
+        "seqlen": _int(protocol.seqlen, "seqlen", 2),
         "seed": _int(protocol.seed, "seed", 0),
         "eval_data": (protocol.eval_data or "wiki").strip() if protocol.evaluate else None,
         "eval_seqlen": _int(protocol.eval_seqlen, "eval seqlen", 2), "eval_windows": windows or None,

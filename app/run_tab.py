@@ -11,6 +11,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +153,7 @@ def _option_input(gr: Any, option: dict[str, Any]) -> Any:
     return gr.Textbox(value=str(option["default"]), label=label, info=info)
 
 
-def _method_controls(gr: Any, methods: dict[str, dict], chosen: str) -> tuple[dict[str, Any], list[tuple[str, str, Any]]]:
+def _method_controls(gr: Any, methods: dict[str, dict], chosen: str) -> tuple[dict[str, Any], list[tuple]]:
     """A group of option inputs per method (only the chosen method's is visible)."""
     groups, inputs = {}, []
     for name, entry in methods.items():
@@ -181,58 +182,102 @@ def _on_method(methods: dict[str, dict], groups: dict[str, Any], gr: Any) -> Cal
     return update
 
 
-def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[str, Any]:
-    """Lay out the Run tab inside the current Blocks and wire Run / Cancel; returns its outputs."""
+@dataclass
+class RunForm:
+    """The Run tab's input components and how to read them into :class:`forms.RunSettings`."""
+
+    model: Any
+    model_path: Any
+    method: Any
+    summary: Any
+    pattern: Any
+    percent: Any
+    nm: Any
+    groups: dict[str, Any]
+    option_inputs: list[tuple[str, str, Any]]
+    extra: Any
+    protocol: Any
+    eval_dense: Any
+    save_model: Any
+    run_button: Any
+    cancel_button: Any
+
+    @property
+    def inputs(self) -> set[Any]:
+        """Every component the Run handler reads."""
+        return {self.model, self.model_path, self.method, self.pattern, self.percent, self.nm, self.extra,
+                self.eval_dense, self.save_model, *self.protocol.components, *(box for _, _, box in self.option_inputs)}
+
+    def read(self, data: dict[Any, Any]) -> forms.RunSettings:
+        """The form's values (a Gradio ``{component: value}`` dict) as plain settings."""
+        name = data[self.method]
+        return forms.RunSettings(
+            model=data[self.model], model_path=data[self.model_path], method=name, pattern=data[self.pattern],
+            percent=data[self.percent], nm=data[self.nm], extra_options=data[self.extra],
+            protocol=self.protocol.read(data), eval_dense=bool(data[self.eval_dense]),
+            save_model=bool(data[self.save_model]),
+            options={option: data[box] for owner, option, box in self.option_inputs if owner == name})
+
+
+def _form(gr: Any, default_model: str, methods: dict[str, dict]) -> RunForm:
+    """The left column: model, method and its options, sparsity, protocol, Run / Cancel."""
     from app.controls import model_controls, protocol_controls
 
-    methods = forms.method_table()
     chosen = "wanda" if "wanda" in methods else next(iter(methods))
+    model, model_path = model_controls(gr, default_model)
+    method = gr.Dropdown(choices=list(methods), value=chosen, label="Method", elem_id="run-method")
+    summary = gr.Markdown(_summary(methods[chosen]))
+    pattern = gr.Radio(forms.pattern_labels(chosen), value="unstructured", label="Sparsity pattern",
+                       elem_id="run-pattern")
+    percent = gr.Slider(0, 95, value=50, step=1, label="Sparsity (%)", elem_id="run-percent")
+    nm = gr.Dropdown(list(forms.NM_CHOICES), value="2:4", allow_custom_value=True, visible=False,
+                     label="n:m (keep n of every m consecutive weights)", elem_id="run-nm")
+    with gr.Accordion("Method options", open=False):
+        groups, option_inputs = _method_controls(gr, methods, chosen)
+        extra = gr.Textbox(label="Extra options: key=value per line (override the fields)", lines=2,
+                           elem_id="run-extra")
+    with gr.Accordion("Calibration, evaluation, device", open=False):
+        protocol = protocol_controls(gr, prefix="run")
+        eval_dense = gr.Checkbox(True, label="Also the dense perplexity (cached per protocol)")
+        save_model = gr.Checkbox(False, label="Save the pruned checkpoint (offered as a download)")
+    with gr.Row():
+        run_button = gr.Button("Run", variant="primary", elem_id="run-button")
+        cancel_button = gr.Button("Cancel", variant="stop", elem_id="cancel-button")
+    return RunForm(model, model_path, method, summary, pattern, percent, nm, groups, option_inputs, extra, protocol,
+                   eval_dense, save_model, run_button, cancel_button)
+
+
+def _outputs(gr: Any) -> dict[str, Any]:
+    """The right column: status, the four live figures, warnings, result table, downloads."""
+    idle = RunView()
+    status = gr.Markdown(views.status_markdown(idle, 0.0), elem_id="run-status")
+    with gr.Row():
+        heatmap = gr.Plot(views.figure(idle, "heatmap"), show_label=False, elem_id="run-heatmap")
+        layers = gr.Plot(views.figure(idle, "layers"), show_label=False, elem_id="run-layers")
+    with gr.Row():
+        solver = gr.Plot(views.figure(idle, "solver"), show_label=False, elem_id="run-solver")
+        lam = gr.Plot(views.figure(idle, "lambda"), show_label=False, elem_id="run-lambda")
+    warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False, elem_id="run-warnings")
+    result = gr.Markdown(elem_id="run-result")
+    files = gr.File(label="Downloads: result JSON, masks, pruned checkpoint", file_count="multiple",
+                    interactive=False, elem_id="run-files")
+    return {"status": status, "heatmap": heatmap, "layers": layers, "solver": solver, "lambda": lam,
+            "warnings": warnings, "result": result, "files": files}
+
+
+def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[str, Any]:
+    """Lay out the Run tab inside the current Blocks and wire Run / Cancel; returns its outputs."""
+    methods = forms.method_table()
     with gr.Row():
         with gr.Column(scale=1, min_width=340):
-            model, model_path = model_controls(gr, default_model)
-            method = gr.Dropdown(choices=list(methods), value=chosen, label="Method", elem_id="run-method")
-            summary = gr.Markdown(_summary(methods[chosen]))
-            pattern = gr.Radio(forms.pattern_labels(chosen), value="unstructured", label="Sparsity pattern",
-                               elem_id="run-pattern")
-            percent = gr.Slider(0, 95, value=50, step=1, label="Sparsity (%)", elem_id="run-percent")
-            nm = gr.Dropdown(list(forms.NM_CHOICES), value="2:4", allow_custom_value=True, visible=False,
-                             label="n:m (keep n of every m consecutive weights)", elem_id="run-nm")
-            with gr.Accordion("Method options", open=False):
-                groups, option_inputs = _method_controls(gr, methods, chosen)
-                extra = gr.Textbox(label="Extra options: key=value per line (override the fields)", lines=2,
-                                   elem_id="run-extra")
-            with gr.Accordion("Calibration, evaluation, device", open=False):
-                protocol = protocol_controls(gr, prefix="run")
-                eval_dense = gr.Checkbox(True, label="Also the dense perplexity (cached per protocol)")
-                save_model = gr.Checkbox(False, label="Save the pruned checkpoint (offered as a download)")
-            with gr.Row():
-                run_button = gr.Button("Run", variant="primary", elem_id="run-button")
-                cancel_button = gr.Button("Cancel", variant="stop", elem_id="cancel-button")
+            form = _form(gr, default_model, methods)
         with gr.Column(scale=3):
-            idle = RunView()
-            status = gr.Markdown(views.status_markdown(idle, 0.0), elem_id="run-status")
-            with gr.Row():
-                heatmap = gr.Plot(views.figure(idle, "heatmap"), show_label=False, elem_id="run-heatmap")
-                layers = gr.Plot(views.figure(idle, "layers"), show_label=False, elem_id="run-layers")
-            with gr.Row():
-                solver = gr.Plot(views.figure(idle, "solver"), show_label=False, elem_id="run-solver")
-                lam = gr.Plot(views.figure(idle, "lambda"), show_label=False, elem_id="run-lambda")
-            warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False, elem_id="run-warnings")
-            result = gr.Markdown(elem_id="run-result")
-            files = gr.File(label="Downloads: result JSON, masks, pruned checkpoint", file_count="multiple",
-                            interactive=False, elem_id="run-files")
-    outputs = {"status": status, "heatmap": heatmap, "layers": layers, "solver": solver, "lambda": lam,
-               "warnings": warnings, "result": result, "files": files}
+            outputs = _outputs(gr)
+    targets = {**outputs, "history": history}
 
     def handler(data: dict, request: gr.Request) -> Iterator[dict]:
-        name = data[method]
-        settings = forms.RunSettings(
-            model=data[model], model_path=data[model_path], method=name, pattern=data[pattern],
-            percent=data[percent], nm=data[nm], extra_options=data[extra], protocol=protocol.read(data),
-            options={option: data[box] for owner, option, box in option_inputs if owner == name},
-            eval_dense=bool(data[eval_dense]), save_model=bool(data[save_model]))
         past = list(data[history] or [])
-        for update in run_stream(settings, runs_dir=runs_dir, session=session_of(request)):
+        for update in run_stream(form.read(data), runs_dir=runs_dir, session=session_of(request)):
             notice = update.pop("notice", None)
             if notice:
                 gr.Warning(notice)
@@ -240,20 +285,19 @@ def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[s
             if run_id:
                 past.append(run_id)
                 update["history"] = past
-            yield {({**outputs, "history": history})[key]: value for key, value in update.items()}
+            yield {targets[key]: value for key, value in update.items()}
 
-    inputs = {model, model_path, method, pattern, percent, nm, extra, eval_dense, save_model, history,
-              *protocol.components, *(box for _, _, box in option_inputs)}
-    run_event = run_button.click(handler, inputs=inputs, outputs=[*outputs.values(), history],
-                                 concurrency_limit=16, show_progress="hidden")
     def cancel(request: gr.Request) -> str:
         return cancel_message(session_of(request), runs_dir)
 
-    cancel_button.click(cancel, inputs=None, outputs=status, cancels=[run_event], concurrency_limit=None, show_progress="hidden")
-    method.change(_on_method(methods, groups, gr), inputs=[method, pattern],
-                  outputs=[summary, pattern, percent, nm, *groups.values()], queue=False)
-    pattern.change(lambda p: [gr.update(visible=p != "n:m"), gr.update(visible=p == "n:m")], inputs=pattern,
-                   outputs=[percent, nm], queue=False)
+    run_event = form.run_button.click(handler, inputs={*form.inputs, history}, outputs=list(targets.values()),
+                                      concurrency_limit=16, show_progress="hidden")
+    form.cancel_button.click(cancel, inputs=None, outputs=outputs["status"], cancels=[run_event],
+                             concurrency_limit=None, show_progress="hidden")
+    form.method.change(_on_method(methods, form.groups, gr), inputs=[form.method, form.pattern],
+                       outputs=[form.summary, form.pattern, form.percent, form.nm, *form.groups.values()], queue=False)
+    form.pattern.change(lambda p: [gr.update(visible=p != "n:m"), gr.update(visible=p == "n:m")],
+                        inputs=form.pattern, outputs=[form.percent, form.nm], queue=False)
     return outputs
 
 

@@ -33,12 +33,6 @@ def figure(view: RunView, name: str) -> Any:
     return viz.lambda_figure(view.lambdas.steps, revision=key)
 
 
-def bar(fraction: float, width: int = 24) -> str:
-    """``▰▰▰▱▱▱`` progress bar."""
-    filled = int(round(max(0.0, min(1.0, fraction)) * width))
-    return "▰" * filled + "▱" * (width - filled)
-
-
 STATUS_WORDS = {"running": "▶ running", "finished": "✓ finished", "failed": "✗ failed", "cancelled": "■ cancelled",
                 "idle": "idle"}
 

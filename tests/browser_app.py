@@ -21,7 +21,8 @@ WATCH_JS = """() => {
     window._watch.push([performance.now() - t0, title ? title.textContent : '', status ? status.innerText : '']);
   };
   for (const id of ['#run-heatmap', '#run-status'])
-    new MutationObserver(note).observe(document.querySelector(id), {subtree: true, childList: true, characterData: true});
+    new MutationObserver(note).observe(document.querySelector(id),
+                                       {subtree: true, childList: true, characterData: true});
   document.querySelector('#run-button').click();
 }"""
 

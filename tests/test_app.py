@@ -213,7 +213,7 @@ def test_replay_a_stored_run(tmp_path: Path) -> None:
         handle.write("this line was typed by hand\n")
     view = runs_tab.replay_view(path.name, str(tmp_path))
     assert "✓ finished" in view["status"] and "unreadable" in view["warnings"]
-    assert "2 of 4 linears" not in view["heatmap"].layout.title.text and view["lambda"].data
+    assert "4 of 4 linears" in view["heatmap"].layout.title.text and view["lambda"].data
     assert view["traces"][-1] == "1 · mlp.down_proj"
     trace = runs_tab.trace_view(path.name, "0 · self_attn.q_proj", str(tmp_path))
     assert "layer 0 · self_attn.q_proj" in trace["solver"].layout.title.text

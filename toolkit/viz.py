@@ -36,8 +36,8 @@ Spec = dict[str, Any]
 
 
 AXIS_STYLE = {"gridcolor": "#EBF0F8", "linecolor": "#EBF0F8", "zerolinecolor": "#EBF0F8", "automargin": True}
-PAGE_STYLE = {"paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"color": "#2a3f5f"}, "colorway": list(PALETTE),
-              "hoverlabel": {"align": "left"}}
+PAGE_STYLE = {"paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"color": "#2a3f5f"},
+              "colorway": list(PALETTE), "hoverlabel": {"align": "left"}}
 
 
 def figure(data: list[Spec], layout: Spec) -> go.Figure:
@@ -186,7 +186,8 @@ def convergence_figure(steps: Sequence[SolverStep], blocks: Sequence[BlockStep] 
         return _solver_lines(steps, revision, height)
     if blocks:
         first = blocks[0]
-        trace = {"type": "bar", "name": "error added", "x": [b.block for b in blocks], "y": gaps([b.error for b in blocks]),
+        trace = {"type": "bar", "name": "error added", "x": [b.block for b in blocks],
+                 "y": gaps([b.error for b in blocks]),
                  "customdata": [[b.removed, _float(b.seconds)] for b in blocks],
                  "hovertemplate": "block %{x}<br>error %{y:.4g}<br>removed %{customdata[0]}"
                                   "<br>%{customdata[1]:.3f} s<extra></extra>"}
@@ -238,8 +239,8 @@ def lambda_figure(steps: Sequence[LambdaStep], *, revision: Any = None) -> go.Fi
     low = [v if v is not None and v > 0 else None for v in gaps([s.lam_low for s in steps])]
 
     def line(y: list, name: str, axis: int, **style: Any) -> Spec:
-        return {"type": "scatter", "x": rounds, "y": y, "name": name, "xaxis": "x", "yaxis": f"y{axis if axis > 1 else ''}",
-                **style}
+        return {"type": "scatter", "x": rounds, "y": y, "name": name, "xaxis": "x",
+                "yaxis": f"y{axis if axis > 1 else ''}", **style}
 
     data = [
         line(gaps([s.lam_high for s in steps]), "λ high", 1, mode="lines", line={"dash": "dot", "color": "#999"}),
@@ -260,7 +261,8 @@ def lambda_figure(steps: Sequence[LambdaStep], *, revision: Any = None) -> go.Fi
     titles = ("λ and its bounds", "E_round / E_total vs ξ", "sparsity before rounding")
     layout = base_layout(f"λ bisection · layer {first.layer} · {first.name}", height, revision,
                          margin={"l": 60, "r": 20, "t": 64, "b": 40}, showlegend=False,
-                         xaxis={"anchor": "y3", "title": {"text": "outer round"}, "dtick": 1 if len(steps) <= 30 else None},
+                         xaxis={"anchor": "y3", "title": {"text": "outer round"},
+                                "dtick": 1 if len(steps) <= 30 else None},
                          yaxis={"domain": domains[0], "title": {"text": "λ"},
                                 "type": "log" if lams and min(lams) > 0 else "linear"},
                          yaxis2={"domain": domains[1], "title": {"text": "ratio"}, "rangemode": "tozero"},
@@ -289,7 +291,8 @@ def sweep_figure(points: Sequence[Mapping[str, Any]], *, dense_ppl: float | None
     if dense_ppl is not None and math.isfinite(dense_ppl):
         xs = _finite([_float(p.get("achieved_sparsity")) for p in points])
         data.append({"type": "scatter", "mode": "lines", "name": f"dense ({dense_ppl:.2f})",
-                     "x": [0.0, max(xs + [0.7])], "y": [dense_ppl, dense_ppl], "line": {"dash": "dash", "color": "#444"}})
+                     "x": [0.0, max(xs + [0.7])], "y": [dense_ppl, dense_ppl],
+                     "line": {"dash": "dash", "color": "#444"}})
     if not data:
         return note_figure(title, "points appear as the runs finish", 420, revision)
     layout = base_layout(title, 420, revision, xaxis={"title": {"text": "sparsity (achieved)"}, "tickformat": ".0%"},

@@ -15,7 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from toolkit.compare import column_sparsity, row_sparsity, sparsity
-from toolkit.viz import PALETTE, gaps, base_layout, figure, note_figure, panel_title, short_names, stacked
+from toolkit.viz import PALETTE, base_layout, figure, gaps, note_figure, panel_title, short_names, stacked
 
 MAX_SIDE = 256
 KEPT_SCALE = [[0.0, "#ffffff"], [1.0, "#1f2430"]]  # pruned white, kept dark
@@ -60,7 +60,8 @@ def _image(values: np.ndarray, block: tuple[int, int], axis: int = 1, **style: A
 def side_by_side(count: int, gap: float = 0.04) -> list[list[float]]:
     """Horizontal domains of ``count`` panels, left first."""
     width = (1.0 - gap * (count - 1)) / count
-    return [[max(0.0, round(i * (width + gap), 6)), min(1.0, round(i * (width + gap) + width, 6))] for i in range(count)]
+    return [[max(0.0, round(i * (width + gap), 6)), min(1.0, round(i * (width + gap) + width, 6))]
+            for i in range(count)]
 
 
 def mask_images_figure(masks: Mapping[str, np.ndarray], *, title: str = "keep-masks (dark = kept)",
@@ -156,7 +157,8 @@ def all_linears_overlap_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     domains = stacked(3, 0.06)
     layout = base_layout(title, 580, margin={"l": 60, "r": 20, "t": 64, "b": 90},
                          xaxis={"anchor": "y3", "tickangle": -60},
-                         annotations=[panel_title(label, 0.5, d[1]) for (_, label), d in zip(METRICS, domains, strict=True)])
+                         annotations=[panel_title(label, 0.5, domain[1])
+                                      for (_, label), domain in zip(METRICS, domains, strict=True)])
     for panel, domain in enumerate(domains, 1):
         layout[f"yaxis{panel if panel > 1 else ''}"] = {"domain": domain, "range": [-0.02, 1.02]}
     return figure(data, layout)

@@ -180,18 +180,23 @@ def _record(run_ref: RunRecord | str | Path, runs_dir: str | Path) -> RunRecord:
 
 @dataclass
 class MaskComparison:
-    """Figures comparing keep-masks; displays them all in a notebook."""
+    """Figures comparing keep-masks; a notebook displays them all."""
 
+    records: list[RunRecord]
     metrics: list[dict[str, Any]]
     masks: Any
     difference: Any
     overlap: Any
     histograms: Any
-    all_linears: Any | None = None
+    group: int = 4
 
     def figures(self) -> list[Any]:
-        """Every figure, in display order."""
-        return [f for f in (self.masks, self.difference, self.overlap, self.histograms, self.all_linears) if f]
+        """The figures of the chosen linear, in display order."""
+        return [self.masks, self.difference, self.overlap, self.histograms]
+
+    def every_linear(self) -> Any:
+        """IoU, Hamming and group agreement for every linear the runs stored (loads all masks)."""
+        return viz_masks.all_linears_overlap_figure(compare.all_linears(self.records, self.group))
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
@@ -201,22 +206,21 @@ class MaskComparison:
 
 
 def compare_masks(run_a: RunRecord | str | Path, run_b: RunRecord | str | Path, *more: RunRecord | str | Path,
-                  layer: int, linear: str, m: int = 4, runs_dir: str | Path = "runs",
-                  every_linear: bool = False) -> MaskComparison:
+                  layer: int, linear: str, m: int = 4, runs_dir: str | Path = "runs") -> MaskComparison:
     """Compare the keep-masks of two (or more) runs for linear ``linear`` of decoder ``layer``.
 
-    Runs are records, run folders or run ids under ``runs_dir``. Raises :class:`ToolkitError`
-    for runs of different models or shapes. ``every_linear`` adds the all-linears overlap chart.
+    Runs are records, run folders or run ids under ``runs_dir``; ``m`` is the n:m group size of
+    the group-agreement measure. Raises :class:`ToolkitError` for runs of different models or
+    shapes. :meth:`MaskComparison.every_linear` adds the chart over every linear.
     """
     records = [_record(r, runs_dir) for r in (run_a, run_b, *more)]
     masks = compare.load_masks(records, layer, linear)
     labels = list(masks)
     rows = compare.pairwise(masks, m)
     return MaskComparison(
-        metrics=rows, masks=viz_masks.mask_images_figure(masks),
+        records=records, metrics=rows, masks=viz_masks.mask_images_figure(masks),
         difference=viz_masks.mask_difference_figure(masks[labels[0]], masks[labels[1]], (labels[0], labels[1])),
-        overlap=viz_masks.overlap_figure(rows), histograms=viz_masks.sparsity_histograms(masks),
-        all_linears=viz_masks.all_linears_overlap_figure(compare.all_linears(records, m)) if every_linear else None)
+        overlap=viz_masks.overlap_figure(rows), histograms=viz_masks.sparsity_histograms(masks), group=m)
 
 
 def sweep_plot(*, model: str | None = None, methods: Sequence[str] = (), sparsities: Sequence[str] = (),

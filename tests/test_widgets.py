@@ -1,0 +1,42 @@
+"""Notebook widgets: Dashboard on tiny-llama, compare_masks and sweep_plot on a synthetic store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from synthetic_runs import write_run
+
+from toolkit.errors import ToolkitError
+from toolkit.widgets import Dashboard, compare_masks, sweep_plot
+
+QUICK = {"nsamples": 4, "seqlen": 32, "eval_seqlen": 32, "eval_windows": 2}
+
+
+def test_dashboard_runs_and_draws(tmp_path: Path) -> None:
+    dash = Dashboard(model="tiny-llama", method="wanda", sparsity="2:4", runs_dir=str(tmp_path), **QUICK)
+    view = dash.run()
+    assert view.status == "finished" and view.sparsity == "2:4" and view.ppl["wiki"] > 0
+    heatmap = dash.figures["heatmap"]
+    assert heatmap.data[0].type == "heatmap" and "14 of 14 linears" in heatmap.layout.title.text
+    assert "finished" in dash.status.value and "achieved sparsity 50.00%" in dash.result.value
+    assert dash.result_dict is not None and dash.result_dict["sparsity"] == "2:4"
+    dash.run(model="")
+    assert "no model given" in dash.status.value
+    dash.options.value = "block_size"
+    dash.run()
+    assert "key=value" in dash.status.value
+
+
+def test_compare_masks_and_sweep_plot(tmp_path: Path) -> None:
+    a = write_run(tmp_path, {"model": "m", "method": "wanda", "sparsity": "50%", "eval_data": "wiki"}, seed=1)
+    b = write_run(tmp_path, {"model": "m", "method": "magnitude", "sparsity": "2:4", "eval_data": "wiki"}, seed=2)
+    comparison = compare_masks(a.name, b, layer=0, linear="self_attn.q_proj", runs_dir=tmp_path)
+    assert len(comparison.metrics) == 1 and len(comparison.figures()) == 4
+    assert len(comparison.every_linear().data) == 3
+    fig = sweep_plot(model="m", runs_dir=tmp_path)
+    assert [t.name for t in fig.data] == ["wanda", "magnitude (n:m)", "dense (20.00)"]
+    write_run(tmp_path, {"model": "other", "method": "wanda", "sparsity": "50%"})
+    with pytest.raises(ToolkitError, match="different models"):
+        compare_masks(*sorted(p.name for p in tmp_path.iterdir())[:3], layer=0, linear="mlp.down_proj",
+                      runs_dir=tmp_path)
