@@ -93,14 +93,18 @@ def _follow(job: Job, clock: Callable[[], float], runs_dir: Path, config: RunCon
             view.apply(item, clock())
             if isinstance(item, RunStarted):
                 job.run_id = item.run_id
-        if clock() >= next_tick and view.status != "idle":
-            now = clock()
-            due = sorted((n for n in views.stale(view, sent) if now - drawn_at[n] >= FIGURE_PERIOD), key=drawn_at.get)
-            figures = tuple(due[:FIGURES_PER_TICK])
-            update, sent = views.render(view, now, sent, figures=figures)
-            drawn_at.update(dict.fromkeys(figures, now))
-            yield update
+        if clock() < next_tick:
+            continue
+        if view.status == "idle":  # still loading: nothing to draw yet, wait for the next tick
             next_tick = clock() + PERIOD
+            continue
+        now = clock()
+        due = sorted((n for n in views.stale(view, sent) if now - drawn_at[n] >= FIGURE_PERIOD), key=drawn_at.get)
+        figures = tuple(due[:FIGURES_PER_TICK])
+        update, sent = views.render(view, now, sent, figures=figures)
+        drawn_at.update(dict.fromkeys(figures, now))
+        yield update
+        next_tick = clock() + PERIOD
     yield _final(view, error, runs_dir, config)
 
 

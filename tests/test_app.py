@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from synthetic_runs import hand_edit, write_run
 
-from app import compare_tab, forms, runs_tab, sweep_tab
+from app import compare_tab, forms, run_tab, runs_tab, sweep_tab
 from app.jobs import SESSIONS, DeviceQueue, device_queue
 from app.run_tab import cancel_message, run_stream
 from toolkit.api import RunConfig, list_runs
@@ -87,7 +87,9 @@ def test_bad_form_input_is_a_message(tmp_path: Path, fields: dict, message: str)
 
 
 # -- runs on tiny-llama ---------------------------------------------------------------------------
-def test_run_streams_progress_then_result_and_downloads(tmp_path: Path) -> None:
+def test_run_streams_progress_then_result_and_downloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run_tab, "PERIOD", 0.01)  # a tiny-llama run can end within one 0.25 s tick
+    monkeypatch.setattr(run_tab, "FIGURE_PERIOD", 0.01)
     line = device_queue("cpu")
     blocker = line.join()
     assert line.try_start(blocker)  # someone else holds the device for half a second
