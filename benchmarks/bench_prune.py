@@ -26,15 +26,12 @@ from toolkit.api import RunConfig, prune_model  # noqa: E402
 def parse_run(text: str) -> tuple[str, str, dict[str, str]]:
     """``fista@50%:warm_start=wanda,K=20`` → ("fista", "50%", {"warm_start": "wanda", "K": "20"})."""
     method, _, rest = text.partition("@")
-    sparsity, _, opts = rest.partition(":") if not rest.startswith("structured") else _structured(rest)
+    sparsity, opts = rest, ""
+    head, sep, tail = rest.rpartition(":")
+    if sep and "=" in tail:  # options follow the last ":" ("2:4" and "structured:30%" have none)
+        sparsity, opts = head, tail
     options = dict(item.split("=", 1) for item in opts.split(",") if item)
     return method, sparsity or "50%", options
-
-
-def _structured(rest: str) -> tuple[str, str, str]:
-    head, _, tail = rest.partition(":")  # "structured" : "30%:alpha=0.1"
-    value, sep, opts = tail.partition(":")
-    return f"{head}:{value}", sep, opts
 
 
 def main() -> None:
