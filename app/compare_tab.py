@@ -5,6 +5,7 @@ call them); a user mistake (runs of different models, a damaged run folder) come
 ``message``, never an exception.
 """
 
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from toolkit.api import list_runs, open_run
 from toolkit.errors import ToolkitError
 from toolkit.runs import RunRecord
 
-EMPTY = ("masks", "difference", "overlap", "histograms", "all_linears")
+log = logging.getLogger(__name__)
 
 
 def run_choices(runs_dir: str) -> list[tuple[str, str]]:
@@ -65,6 +66,9 @@ def compare_view(run_ids: list[str], layer: Any, linear: str, m: Any, runs_dir: 
         everything = compare.all_linears(records, group)
     except (ToolkitError, ValueError) as exc:
         return {"message": f"**⚠ {exc}**", "notice": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - a damaged file we did not foresee: a message, never a traceback
+        log.exception("compare failed")
+        return {"message": f"**⚠ could not compare these runs ({type(exc).__name__}: {exc})**", "notice": str(exc)}
     labels = list(masks)
     first = rows[0]
     note = (f"layer {layer} · {linear}: IoU {first['iou']:.3f}, Hamming {first['hamming']:.3f}, "

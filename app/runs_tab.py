@@ -5,6 +5,7 @@ A folder edited by hand (unreadable JSON, odd values, broken event lines) shows 
 """
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from toolkit.errors import ToolkitError
 from toolkit.live import fold, settle, trace_for, traced_linears
 from toolkit.runs import RunRecord
 
+log = logging.getLogger(__name__)
 COLUMNS = ("run", "model", "method", "options", "sparsity", "achieved", "ppl", "dense ppl", "prune s", "status")
 
 
@@ -74,6 +76,9 @@ def replay_view(run_id: str, runs_dir: str) -> dict[str, Any]:
         update, _ = views.render(view, math.nan)
     except ToolkitError as exc:
         return {"status": f"**⚠ {exc}**", "notice": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - a hand-edited record we did not foresee: a message, not a traceback
+        log.exception("replay failed")
+        return {"status": f"**⚠ run {run_id} could not be replayed ({type(exc).__name__}: {exc})**", "notice": str(exc)}
     if not events:
         update["status"] = f"Run `{run_id}` has no events yet (status {record.status})."
     traces = [f"{layer} · {name}" for layer, name in traced_linears(events)]

@@ -237,3 +237,13 @@ def test_compare_tab(tmp_path: Path) -> None:
     assert "two or more" in compare_tab.compare_view([a.name], "0", "x", 4, str(tmp_path))["message"]
     assert "not in" in compare_tab.compare_view([a.name, "gone"], "0", "x", 4, str(tmp_path))["message"]
     assert "no mask" in compare_tab.compare_view([a.name, b.name], "7", "x", 4, str(tmp_path))["message"]
+
+
+def test_replay_of_events_with_wrong_types_is_a_message(tmp_path: Path) -> None:
+    path = write_run(tmp_path, {"model": "tiny-llama", "method": "wanda", "sparsity": "50%"})
+    line = {"type": "SublayerPruned", "layer": "first", "name": "q", "shape": [2, 2], "sparsity": 0.5,
+            "rel_error": "big", "rel_error_dense": None, "damping": None, "seconds": 0.1, "info": {}}
+    with open(path / "events.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(line) + "\n")
+    view = runs_tab.replay_view(path.name, str(tmp_path))
+    assert view["status"].startswith("**⚠") and "could not be replayed" in view["status"]
