@@ -145,19 +145,21 @@ def run(config: RunConfig, cancel: CancelToken | None = None) -> Iterator[Event]
 
     thread = threading.Thread(target=worker, name="prunelab-run", daemon=True)
     thread.start()
-    started = False
+    started = ended = False
     try:
         while True:
             item = events.get()
             if item is done:
                 break
             started = True
+            ended = item.kind in ("RunFinished", "RunFailed")
             yield item
         if failure and not started:
             raise failure[0]
     finally:
         if thread.is_alive():
-            token.cancel()
+            if not ended:  # closed mid-run: cancel; after the last event the worker is only tidying up
+                token.cancel()
             thread.join()
 
 
