@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=4096, help="calibration tokens behind the statistics")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sparsity", default="50%")
-    parser.add_argument("--warm-start", default="wanda", choices=("wanda", "sparsegpt", "magnitude"))
+    parser.add_argument("--warm-start", default="sparsegpt", choices=("wanda", "sparsegpt", "magnitude"))
     parser.add_argument("--bisection", default="arithmetic", choices=("arithmetic", "geometric"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None,

@@ -230,6 +230,8 @@ def _gather(
     heads = {group[0]: linears[group[0]] for group in groups}
     acc = {name: GroupStats(get_weight(m).shape[1], run.device, run.needs_cross) for name, m in heads.items()}
     stop = None if dense_out is not None else set(heads)
+    dense_modules = dict(dense_layer.named_modules()) if dense_layer is not None else {}
+    dense_heads = {name: dense_modules[name] for name in heads} if dense_layer is not None else {}
     for b in range(len(inputs.hidden)):
         run_cancel_check(run)
         seen: dict[str, Tensor] = {}
@@ -242,7 +244,6 @@ def _gather(
                 pass
         dense_seen: dict[str, Tensor] = {}
         if dense_layer is not None:
-            dense_heads = {n: dict(dense_layer.named_modules())[n] for n in heads}
             with capture_inputs(dense_heads, dense_seen.__setitem__, set(heads)):
                 try:
                     run_layer(dense_layer, inputs, b)
