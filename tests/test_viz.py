@@ -161,3 +161,13 @@ def test_builders_do_not_validate_so_they_are_fast() -> None:
         viz.error_heatmap(view.pruned, num_layers=30, linears=view.linears)
         viz.lambda_figure(view.lambdas.steps)
     assert (time.perf_counter() - start) / 10 < 0.05  # validated builders take 30-50 ms each
+
+
+def test_long_solver_traces_are_thinned_for_cheap_redraws() -> None:
+    steps = [SolverStep(layer=0, name="w", solver="fista", step=k, objective=1.0 / (k + 1), values={"round": k // 20})
+             for k in range(50_000)]
+    (trace,) = valid(viz.convergence_figure(steps)).data
+    assert len(trace.x) <= viz.MAX_POINTS + 1
+    assert trace.x[0] == 0 and trace.x[-1] == 49_999  # the whole range is still shown
+    assert list(viz.thin(list(range(10)), limit=4)) == [0, 3, 6, 9]
+    assert viz.thin([1, 2], limit=4) == [1, 2]

@@ -120,6 +120,24 @@ def gaps(values: Sequence[Any]) -> list[float | None]:
     return [v if math.isfinite(v) else None for v in (_float(x) for x in values)]
 
 
+MAX_POINTS = 600  # a live trace is thinned to at most this many points: a redraw must stay cheap
+
+
+def thin(items: Sequence[Any], limit: int = MAX_POINTS) -> list[Any]:
+    """At most ``limit`` items, evenly strided, always keeping the first and the last.
+
+    A long solver trace (FISTAPruner with many rounds) would otherwise grow every redraw until the
+    browser freezes; the axes keep the true step numbers, so the shape of the curve is unchanged.
+    """
+    if len(items) <= limit:
+        return list(items)
+    stride = math.ceil((len(items) - 1) / (limit - 1))
+    picked = list(items[::stride])
+    if picked[-1] is not items[-1]:
+        picked.append(items[-1])
+    return picked
+
+
 def heatmap_height(num_layers: int) -> int:
     """Pixels for a heat-map of ``num_layers`` rows (the layer-error line beside it uses the same)."""
     return max(HEIGHT, min(900, 100 + 18 * num_layers))
@@ -183,8 +201,9 @@ def convergence_figure(steps: Sequence[SolverStep], blocks: Sequence[BlockStep] 
     Without SolverSteps but with BlockSteps (Thanos), bars of the error each column block added.
     """
     if steps:
-        return _solver_lines(steps, revision, height)
+        return _solver_lines(thin(steps), revision, height)
     if blocks:
+        blocks = thin(blocks)
         first = blocks[0]
         trace = {"type": "bar", "name": "error added", "x": [b.block for b in blocks],
                  "y": gaps([b.error for b in blocks]),
@@ -233,6 +252,7 @@ def lambda_figure(steps: Sequence[LambdaStep], *, revision: Any = None) -> go.Fi
     height = LAMBDA_HEIGHT
     if not steps:
         return note_figure("λ bisection", "the λ bisection trace appears for FISTAPruner runs", height, revision)
+    steps = thin(steps)
     first = steps[0]
     rounds = [s.round for s in steps]
     marker = {"symbol": ["circle" if s.improved else "circle-open" for s in steps], "size": 8}
