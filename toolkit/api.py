@@ -47,6 +47,8 @@ class RunConfig:
     propagate: str | None = None  # None: the method's default (see `python -m toolkit methods`)
     sequential: str | None = None  # None: the method's default
     batch_size: int = 8
+    fused: str = "auto"  # sequential=group as one pass per layer: auto | on | off (same numbers, faster)
+    error_windows: int = 4  # calibration windows behind the layer output error (see EngineConfig)
     out_dir: str = "runs"
     save_model: bool = False
 
@@ -59,6 +61,8 @@ class RunConfig:
         spec.make_config(self.options)
         if self.nsamples < 1 or self.seqlen < 2 or self.eval_seqlen < 2:
             raise ToolkitError("nsamples must be ≥ 1 and seqlen, eval-seqlen ≥ 2")
+        if self.fused not in ("auto", "on", "off") or self.error_windows < 1:
+            raise ToolkitError("fused must be auto, on or off and error-windows ≥ 1")
         if self.eval_windows is not None and self.eval_windows < 1:
             raise ToolkitError("eval-windows must be ≥ 1 (leave it out for all windows)")
 
@@ -69,7 +73,7 @@ class RunConfig:
     def reuse_key(self) -> dict[str, Any]:
         """The fields that make two runs the same experiment (for sweep reuse)."""
         data = self.to_dict()
-        for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense"):
+        for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows"):
             data.pop(volatile)
         return data
 

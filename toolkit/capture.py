@@ -33,6 +33,28 @@ class LayerInputs:
         """Same side arguments, new hidden states (the outputs of the previous layer)."""
         return LayerInputs(hidden=hidden, args=self.args, kwargs=self.kwargs)
 
+    def head(self, windows: int) -> LayerInputs:
+        """The first ``windows`` windows of a single-batch capture.
+
+        Side arguments whose leading dimension is the batch (per-window attention masks) are
+        sliced with it; the others (rotary tables and position ids of shape (1, …)) are shared.
+        """
+        assert len(self.hidden) == 1, "head() is for single-batch captures"
+        batch = self.hidden[0].shape[0]
+        if windows >= batch:
+            return self
+
+        def cut(value: Any) -> Any:
+            if isinstance(value, Tensor):
+                return value[:windows] if value.dim() > 0 and value.shape[0] == batch else value
+            if isinstance(value, tuple | list):
+                return type(value)(cut(v) for v in value)
+            if isinstance(value, dict):
+                return {k: cut(v) for k, v in value.items()}
+            return value
+
+        return LayerInputs(hidden=[self.hidden[0][:windows]], args=[cut(self.args[0])], kwargs=[cut(self.kwargs[0])])
+
 
 def _move(value: Any, device: torch.device) -> Any:
     if isinstance(value, Tensor):

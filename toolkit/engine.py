@@ -40,6 +40,7 @@ from toolkit.stats import GroupStats, StopForward, capture_inputs, discover_grou
 
 PROPAGATE = ("pruned", "dense")
 SEQUENTIAL = ("group", "layer")
+FUSED = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,13 @@ class EngineConfig:
 
     propagate: str | None = None  # "pruned" | "dense" (layer i+1's inputs); None = the method's default
     sequential: str | None = None  # "group" | "layer"; None = the method's reference setting
-    batch_size: int = 8  # calibration windows per forward pass
+    batch_size: int = 8  # calibration windows per forward pass (the multi-pass path)
     device: str = "auto"  # "auto" = cuda when available, else cpu
     restore_on_failure: bool = True
+    fused: str = "auto"  # "auto" | "on" | "off": sequential=group in ONE pass per layer (see _fused_pass)
+    fused_budget_mb: int = 4096  # "auto" fuses when the layer's activations for all windows fit in this
+    error_windows: int = 4  # windows behind the layer output error (all when a dense pass runs anyway)
+    # and behind the Gram of methods that need only column norms (Wanda): their rel_error is a sample
 
     def __post_init__(self) -> None:
         if self.propagate is not None and self.propagate not in PROPAGATE:
@@ -59,6 +64,10 @@ class EngineConfig:
             raise ToolkitError(f"sequential must be one of {SEQUENTIAL}, got {self.sequential!r}")
         if self.batch_size < 1:
             raise ToolkitError("batch_size must be ≥ 1")
+        if self.fused not in FUSED:
+            raise ToolkitError(f"fused must be one of {FUSED}, got {self.fused!r}")
+        if self.error_windows < 1 or self.fused_budget_mb < 0:
+            raise ToolkitError("error_windows must be ≥ 1 and fused_budget_mb ≥ 0")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -106,6 +115,8 @@ class _Run:
     result: EngineResult = field(default_factory=EngineResult)
     layer: int = 0  # the decoder layer being pruned
     backup: list[tuple[nn.Module, Tensor]] = field(default_factory=list)
+    fused: bool = False  # one pass per layer over all windows as a single batch
+    gram_limit: int | None = None  # tokens behind G* for methods that need only column norms
 
     @property
     def sequential(self) -> str:
@@ -157,10 +168,14 @@ def prune_layers(
     """
     run = _Run(spec, target, method_cfg, cfg, resolve_device(cfg.device), emit, cancelled, on_mask)
     layers = decoder_layers(model)
+    run.fused = use_fused(run, model, layers[0], windows)
+    if not ({Stat.GRAM, Stat.CROSS, Stat.DENSE_GRAM} & spec.needs):
+        run.gram_limit = min(cfg.error_windows, windows.shape[0]) * windows.shape[1]
     start = time.perf_counter()
     try:
         with torch.no_grad():
-            inputs = capture_layer0(model, layers, windows, run.device, cfg.batch_size)
+            batch = windows.shape[0] if run.fused else cfg.batch_size
+            inputs = capture_layer0(model, layers, windows, run.device, batch)
             groups: list[list[str]] | None = None
             for index, layer in enumerate(layers):
                 home = next(layer.parameters()).device
@@ -178,6 +193,30 @@ def prune_layers(
     return run.result
 
 
+def use_fused(run: _Run, model: nn.Module, layer: nn.Module, windows: Tensor) -> bool:
+    """Whether ``sequential=group`` runs as one pass per layer over all windows at once.
+
+    The fused pass keeps every window's activations of one layer in memory at the same time;
+    estimate: tokens × 4 bytes × (6 × widest linear + the widths of the dense-path inputs kept for
+    cross statistics), plus the (windows, heads, seq, seq) scores of eager attention.
+    """
+    if run.cfg.fused == "off" or run.sequential != "group":
+        if run.cfg.fused == "on":
+            raise ToolkitError("fused=on needs sequential=group (fused is one pass of the group-wise order)")
+        return False
+    if run.cfg.fused == "on":
+        return True
+    num, seq = windows.shape
+    linears = layer_linears(layer)
+    widest = max((max(get_weight(m).shape) for m in linears.values()), default=0)
+    per_token = 6 * widest + (sum(get_weight(m).shape[1] for m in linears.values()) if run.needs_cross else 0)
+    estimate = num * seq * 4 * per_token
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", "eager") == "eager":
+        estimate += num * getattr(config, "num_attention_heads", 1) * seq * seq * 4
+    return estimate <= run.cfg.fused_budget_mb * 2**20
+
+
 def _prune_layer(
     run: _Run, index: int, num_layers: int, layer: nn.Module, inputs: LayerInputs, groups: list[list[str]] | None
 ) -> tuple[list[list[str]], LayerInputs]:
@@ -185,11 +224,17 @@ def _prune_layer(
     run.layer = index
     linears = layer_linears(layer)
     if groups is None or {n for g in groups for n in g} - set(linears):
-        groups = discover_groups(layer, linears, lambda: run_layer(layer, inputs, 0))
+        probe = inputs.head(1) if run.fused else inputs  # one window is enough to see who shares an input
+        groups = discover_groups(layer, linears, lambda: run_layer(layer, probe, 0))
         missing = set(linears) - {n for g in groups for n in g}
         if missing:
             run.emit(RunWarning(message=f"never called in a forward pass, left dense: {sorted(missing)}", layer=index))
     run.emit(LayerStarted(layer=index, num_layers=num_layers, groups=[list(g) for g in groups]))
+    if run.fused:
+        pruned, dense, reference = _fused_pass(run, index, layer, linears, inputs, groups)
+        error = _output_error([reference], [dense])
+        _layer_done(run, index, num_layers, error, t0)
+        return groups, inputs.replace_hidden([pruned if run.propagate == "pruned" else dense])
     dense_copy = copy.deepcopy(layer) if run.needs_cross and run.sequential == "group" else None
     dense_out: list[Tensor] = []
     if run.sequential == "layer":
@@ -202,14 +247,70 @@ def _prune_layer(
                                dense_layer=dense_copy if g > 0 else None)
             _prune_group(run, index, layer, linears, group, stats)
     pruned_out = [run_layer(layer, inputs, b) for b in range(len(inputs.hidden))]
-    num = sum(float((p - d).float().pow(2).sum()) for p, d in zip(pruned_out, dense_out, strict=True))
-    den = sum(float(d.float().pow(2).sum()) for d in dense_out)
-    error = math.sqrt(num / den) if den > 0 else 0.0
+    _layer_done(run, index, num_layers, _output_error(pruned_out, dense_out), t0)
+    nxt = pruned_out if run.propagate == "pruned" else dense_out
+    return groups, inputs.replace_hidden(nxt)
+
+
+def _output_error(pruned: list[Tensor], dense: list[Tensor]) -> float:
+    """‖Y* − Y‖_F / ‖Y‖_F over the windows both lists hold (``pruned`` may hold more)."""
+    num = sum(float((p[: d.shape[0]] - d).float().pow(2).sum()) for p, d in zip(pruned, dense, strict=True))
+    den = sum(float(d.float().pow(2).sum()) for d in dense)
+    return math.sqrt(num / den) if den > 0 else 0.0
+
+
+def _layer_done(run: _Run, index: int, num_layers: int, error: float, t0: float) -> None:
     if not math.isfinite(error):
         raise NumericalError(f"layer {index}: the pruned layer's outputs are not finite")
     run.emit(LayerDone(layer=index, num_layers=num_layers, output_rel_error=error, seconds=time.perf_counter() - t0))
-    nxt = pruned_out if run.propagate == "pruned" else dense_out
-    return groups, inputs.replace_hidden(nxt)
+
+
+def _fused_pass(
+    run: _Run, index: int, layer: nn.Module, linears: dict[str, nn.Module], inputs: LayerInputs,
+    groups: list[list[str]],
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``sequential=group`` in one forward pass of the whole calibration batch.
+
+    A pre-hook on each group's first linear sees X* (every window at once, the earlier groups
+    already pruned), builds the group's statistics, solves and writes back the group's weights,
+    and lets the forward go on with them: the pass's output is the pruned layer's output Y*.
+    The dense layer runs first only where it is needed: on every window for the cross statistics
+    (its group inputs are kept) or for ``propagate=dense``; otherwise on the first
+    ``error_windows`` windows, for the layer output error.
+
+    Returns (Y* for all windows, the dense Y (all windows or the first few), Y* cut to match).
+    """
+    heads = {group[0]: group for group in groups}
+    full_dense = run.needs_cross or run.propagate == "dense"
+    dense_inputs: dict[str, Tensor] = {}
+    reference_inputs = inputs if full_dense else inputs.head(run.cfg.error_windows)
+    sink = dense_inputs.__setitem__ if run.needs_cross else lambda name, x: None
+    with capture_inputs({name: linears[name] for name in heads}, sink):
+        dense = run_layer(layer, reference_inputs, 0)
+    pending = set(heads)
+
+    def hook(name: str) -> Callable:
+        def prune_before_use(module: nn.Module, args: tuple) -> None:
+            if name not in pending:
+                raise ToolkitError(f"layer {index} {name} runs twice in one forward pass; use --set fused=off")
+            pending.discard(name)
+            run_cancel_check(run)
+            acc = GroupStats(get_weight(module).shape[1], run.device, run.needs_cross, run.gram_limit)
+            acc.add(args[0].detach(), dense_inputs.get(name))
+            _prune_group(run, index, layer, linears, heads[name], acc.finish(f"layer {index} {name}"))
+
+        return prune_before_use
+
+    handles = [linears[name].register_forward_pre_hook(hook(name)) for name in heads]
+    try:
+        pruned = run_layer(layer, inputs, 0)
+    finally:
+        for handle in handles:
+            handle.remove()
+    dense_inputs.clear()
+    if pending:
+        raise ToolkitError(f"layer {index}: {sorted(pending)} never ran in the pruned pass; use --set fused=off")
+    return pruned, dense, pruned[: dense.shape[0]]
 
 
 def _gather(
@@ -228,7 +329,8 @@ def _gather(
     """
     linears = layer_linears(layer)
     heads = {group[0]: linears[group[0]] for group in groups}
-    acc = {name: GroupStats(get_weight(m).shape[1], run.device, run.needs_cross) for name, m in heads.items()}
+    acc = {name: GroupStats(get_weight(m).shape[1], run.device, run.needs_cross, run.gram_limit)
+           for name, m in heads.items()}
     stop = None if dense_out is not None else set(heads)
     dense_modules = dict(dense_layer.named_modules()) if dense_layer is not None else {}
     dense_heads = {name: dense_modules[name] for name in heads} if dense_layer is not None else {}

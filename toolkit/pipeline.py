@@ -47,7 +47,8 @@ def execute(config: Any, emit: Callable[[Event], None], cancel: Any, on_progress
     target = parse_sparsity(config.sparsity)
     method_cfg = spec.make_config(config.options)
     engine_cfg = EngineConfig(propagate=config.propagate, sequential=config.sequential,
-                              batch_size=config.batch_size, device=config.device)
+                              batch_size=config.batch_size, device=config.device, fused=config.fused,
+                              error_windows=config.error_windows)
     device = resolve_device(config.device)
     loaded = load_model(config.model)
     linears = check_targets(loaded.model, spec, target)

@@ -141,22 +141,31 @@ def structured_count(target: Structured, columns: int) -> int:
     return int(columns * target.sparsity)
 
 
+def drop_lowest(scores: Tensor, count: int) -> Tensor:
+    """Bool mask (same shape) marking exactly ``count`` lowest entries of every row of ``scores``.
+
+    The threshold is the ``count``-th smallest value (``kthvalue``, several times faster than a
+    top-k of half the row); ties at the threshold are taken left to right until the count is met.
+    """
+    if count <= 0:
+        return torch.zeros_like(scores, dtype=torch.bool)
+    if count >= scores.shape[-1]:
+        return torch.ones_like(scores, dtype=torch.bool)
+    threshold = torch.kthvalue(scores, count, dim=-1, keepdim=True).values
+    drop = scores < threshold
+    ties = scores == threshold
+    need = count - drop.sum(-1, keepdim=True)
+    return drop | (ties & (torch.cumsum(ties, dim=-1) <= need))
+
+
 def keep_topk_per_row(scores: Tensor, prune_per_row: int) -> Tensor:
     """Keep-mask that drops the ``prune_per_row`` lowest ``scores`` of every row.  Shape (out, in)."""
-    keep = torch.ones_like(scores, dtype=torch.bool)
-    if prune_per_row > 0:
-        idx = torch.topk(scores, prune_per_row, dim=1, largest=False).indices
-        keep.scatter_(1, idx, False)
-    return keep
+    return ~drop_lowest(scores, prune_per_row)
 
 
 def keep_topk_global(scores: Tensor, prune_count: int) -> Tensor:
     """Keep-mask that drops the ``prune_count`` lowest ``scores`` over the whole matrix."""
-    keep = torch.ones(scores.numel(), dtype=torch.bool, device=scores.device)
-    if prune_count > 0:
-        idx = torch.topk(scores.flatten(), prune_count, largest=False).indices
-        keep[idx] = False
-    return keep.view_as(scores)
+    return ~drop_lowest(scores.flatten(), prune_count).view_as(scores)
 
 
 def keep_nm(scores: Tensor, target: NM) -> Tensor:

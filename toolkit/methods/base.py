@@ -37,6 +37,7 @@ class Stat(enum.Enum):
     """Statistics a method may ask the engine for."""
 
     GRAM = "gram"
+    COL_NORMS = "col_norms"  # only ‖X_j‖²/N; the engine then builds the Gram (for errors) from a sample
     CROSS = "cross"
     DENSE_GRAM = "dense_gram"
 
@@ -49,11 +50,13 @@ class LinearStats:
     count: int
     cross: Tensor | None = None
     dense_gram: Tensor | None = None
+    col_sq: Tensor | None = None  # ‖X_j‖²/N over all N tokens when ``gram`` is from a sample of them
+    gram_count: int | None = None  # tokens behind ``gram`` when it is a sample (None: all ``count``)
 
     @property
     def col_sq_norms(self) -> Tensor:
-        """‖X_j‖²/N for every input column j: the diagonal of the Gram matrix."""
-        return torch.diagonal(self.gram)
+        """‖X_j‖²/N for every input column j: the diagonal of the full Gram matrix."""
+        return self.col_sq if self.col_sq is not None else torch.diagonal(self.gram)
 
 
 @dataclass
@@ -98,7 +101,7 @@ class MethodSpec:
     needs: frozenset[Stat]
     targets: tuple[type, ...] = (Unstructured, NM)
     summary: str = ""
-    sequential: str = "layer"  # the engine's default grouping for this method (its reference code)
+    sequential: str = "group"  # the engine's default grouping (group: one fused pass per layer; see README)
     propagate: str = "pruned"  # the engine's default inter-layer propagation for this method
 
     def supports(self, target: Target) -> bool:

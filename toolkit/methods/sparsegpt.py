@@ -64,22 +64,25 @@ def prune(W: Tensor, stats: LinearStats, target: Target, cfg: SparseGPTConfig, c
     for i1 in range(0, cols, block):
         ctx.check_cancel()
         i2 = min(i1 + block, cols)
-        W1, U1 = W[:, i1:i2].clone(), U[i1:i2, i1:i2]
+        U1 = U[i1:i2, i1:i2]
         d = torch.diagonal(U1)
-        Err1 = torch.zeros_like(W1)
-        keep1 = None if isinstance(target, NM) else _block_mask(W1, d, target, i1, i2)
-        keep1 = torch.ones_like(W1, dtype=torch.bool) if keep1 is None else keep1
+        Wt = W[:, i1:i2].t().contiguous()  # (B, out): column q of the block is the contiguous row Wt[q]
+        Errt = torch.empty_like(Wt)
+        if isinstance(target, NM):
+            keep1t = torch.ones_like(Wt, dtype=torch.bool)
+        else:
+            keep1t = _block_mask(Wt.t(), d, target, i1, i2).t().contiguous()
+        drop_t = (~keep1t).to(Wt.dtype) / d.unsqueeze(1)  # (1 − keep)/U_qq, so err = w · drop
         for i in range(i2 - i1):
             if isinstance(target, NM) and i % target.m == 0:
-                scores = W1[:, i : i + target.m] ** 2 / (d[i : i + target.m] ** 2).unsqueeze(0)
-                keep1[:, i : i + target.m] = keep_nm(scores, target)
-            w = W1[:, i]
-            err = w * (~keep1[:, i]) / d[i]  # (w − ŵ)/U_qq with ŵ = w·keep
-            W1[:, i:] -= err.unsqueeze(1) * U1[i, i:].unsqueeze(0)
-            Err1[:, i] = err
-        W[:, i1:i2] = W1 * keep1
-        keep[:, i1:i2] = keep1
-        W[:, i2:] -= Err1 @ U[i1:i2, i2:]
+                scores = Wt[i : i + target.m].t() ** 2 / (d[i : i + target.m] ** 2).unsqueeze(0)
+                keep1t[i : i + target.m] = keep_nm(scores, target).t()
+                drop_t[i : i + target.m] = (~keep1t[i : i + target.m]).to(Wt.dtype) / d[i : i + target.m, None]
+            err = torch.mul(Wt[i], drop_t[i], out=Errt[i])  # (w − ŵ)/U_qq with ŵ = w·keep
+            Wt[i:].addr_(U1[i, i:], err, alpha=-1.0)  # W_{:,q:} −= err ⊗ U_{q,q:}
+        W[:, i1:i2] = (Wt * keep1t).t()
+        keep[:, i1:i2] = keep1t.t()
+        W[:, i2:] -= Errt.t() @ U[i1:i2, i2:]
     return PruneResult(weight=W, keep_mask=keep, damping=damping)
 
 

@@ -261,5 +261,5 @@ SPEC = MethodSpec(
     needs=frozenset({Stat.GRAM}),
     targets=structured_supported(),
     summary="block-wise multi-weight OBS with global residual Wanda mask; outlier rows for n:m/structured",
-    sequential="layer",
+    sequential="group",
 )

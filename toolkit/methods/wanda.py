@@ -36,7 +36,7 @@ SPEC = MethodSpec(
     name="wanda",
     fn=prune,
     config=WandaConfig,
-    needs=frozenset({Stat.GRAM}),
+    needs=frozenset({Stat.COL_NORMS}),
     targets=structured_supported(),
     summary="|W|·‖X_j‖ per output row, no update",
 )
