@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--seqlen", type=int, default=512)
     parser.add_argument("--eval-seqlen", type=int, default=512)
     parser.add_argument("--eval-windows", type=int, default=None)
+    parser.add_argument("--no-eval", action="store_true", help="speed only: prune, skip every perplexity")
     parser.add_argument("--propagate", default=None, help="pruned | dense; default: the method's")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", default="runs")
@@ -52,7 +53,7 @@ def main() -> None:
         method, sparsity, options = parse_run(spec)
         config = RunConfig(model=args.model, method=method, sparsity=sparsity, options=options, nsamples=args.nsamples,
                            seqlen=args.seqlen, eval_seqlen=args.eval_seqlen, eval_windows=args.eval_windows,
-                           eval_dense=True, device=args.device, propagate=args.propagate, out_dir=args.out)
+                           eval_data=None if args.no_eval else "wiki", eval_dense=not args.no_eval, device=args.device, propagate=args.propagate, out_dir=args.out)
         start = time.perf_counter()
         result = prune_model(config)
         record = {

@@ -25,7 +25,7 @@ def rows(paths: list[str]) -> list[dict]:
 
 def main() -> None:
     """Print the table."""
-    records = rows(sys.argv[1:])
+    records = [r for r in rows(sys.argv[1:]) if r["ppl"]]  # speed-only (--no-eval) rows have no perplexity
     print("| method | sparsity | options | propagate | ppl (wiki) | dense ppl | achieved | prune s | peak RSS MiB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in records:
