@@ -111,3 +111,12 @@ def test_drop_lowest_is_exact_with_ties(count: int) -> None:
         for row, mask in zip(scores, drop, strict=True):
             assert float(row[mask].max()) <= float(row[~mask].min()) + 0.0
     assert not math.isnan(float(scores.sum()))
+
+
+def test_memory_settings_apply_once_on_linux() -> None:
+    import sys
+
+    from toolkit.memory import keep_freed_memory
+
+    assert keep_freed_memory() is sys.platform.startswith("linux")
+    assert keep_freed_memory() is sys.platform.startswith("linux")  # idempotent

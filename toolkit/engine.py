@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from toolkit.capture import LayerInputs, capture_layer0, run_layer
 from toolkit.errors import NumericalError, RunCancelled, ToolkitError
 from toolkit.events import Event, LayerDone, LayerStarted, RunWarning, SublayerPruned
+from toolkit.memory import keep_freed_memory
 from toolkit.methods.base import SOLVER_DTYPE, LinearStats, MethodSpec, SolveContext, Stat
 from toolkit.models import decoder_layers, get_weight, layer_linears, set_weight_
 from toolkit.sparsity import Target, validate_for_shape
@@ -166,6 +167,7 @@ def prune_layers(
     :class:`NumericalError` on bad input; on any exception the original weights are restored
     when ``cfg.restore_on_failure``.
     """
+    keep_freed_memory()
     run = _Run(spec, target, method_cfg, cfg, resolve_device(cfg.device), emit, cancelled, on_mask)
     layers = decoder_layers(model)
     run.fused = use_fused(run, model, layers[0], windows)

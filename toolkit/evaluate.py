@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from toolkit.errors import NumericalError, RunCancelled
+from toolkit.memory import keep_freed_memory
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ def perplexity(
     Moves the model to ``device`` for the duration and back. Raises :class:`NumericalError` on a
     non-finite loss and :class:`RunCancelled` when ``cancelled()`` turns true.
     """
+    keep_freed_memory()
     home = next(model.parameters()).device
     model.to(device)
     nlls: list[float] = []
