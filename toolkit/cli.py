@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8, help="calibration windows per forward pass (unfused)")
     p.add_argument("--fused", default="auto", choices=("auto", "on", "off"),
                    help="sequential=group in one pass per layer over all windows at once (auto: when it fits "
-                        "in memory); same numbers as off, about 3× faster")
+                        "in memory); same numbers as off, one forward per layer instead of 3–4")
     p.add_argument("--error-windows", type=int, default=4,
                    help="calibration windows behind each layer's output error (and Wanda's reported rel_error)")
     p.add_argument("--out", default=None, help="run store folder; given, the pruned model is saved there too")

@@ -233,9 +233,8 @@ def _prune_layer(
             run.emit(RunWarning(message=f"never called in a forward pass, left dense: {sorted(missing)}", layer=index))
     run.emit(LayerStarted(layer=index, num_layers=num_layers, groups=[list(g) for g in groups]))
     if run.fused:
-        pruned, dense, reference = _fused_pass(run, index, layer, linears, inputs, groups)
-        error = _output_error([reference], [dense])
-        _layer_done(run, index, num_layers, error, t0)
+        pruned, dense = _fused_pass(run, index, layer, linears, inputs, groups)
+        _layer_done(run, index, num_layers, _output_error([pruned], [dense]), t0)
         return groups, inputs.replace_hidden([pruned if run.propagate == "pruned" else dense])
     dense_copy = copy.deepcopy(layer) if run.needs_cross and run.sequential == "group" else None
     dense_out: list[Tensor] = []
@@ -270,7 +269,7 @@ def _layer_done(run: _Run, index: int, num_layers: int, error: float, t0: float)
 def _fused_pass(
     run: _Run, index: int, layer: nn.Module, linears: dict[str, nn.Module], inputs: LayerInputs,
     groups: list[list[str]],
-) -> tuple[Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor]:
     """``sequential=group`` in one forward pass of the whole calibration batch.
 
     A pre-hook on each group's first linear sees X* (every window at once, the earlier groups
@@ -280,21 +279,21 @@ def _fused_pass(
     (its group inputs are kept) or for ``propagate=dense``; otherwise on the first
     ``error_windows`` windows, for the layer output error.
 
-    Returns (Y* for all windows, the dense Y (all windows or the first few), Y* cut to match).
+    Returns (Y* for all windows, the dense Y for all windows or the first few).
     """
     heads = {group[0]: group for group in groups}
     full_dense = run.needs_cross or run.propagate == "dense"
     dense_inputs: dict[str, Tensor] = {}
     reference_inputs = inputs if full_dense else inputs.head(run.cfg.error_windows)
-    sink = dense_inputs.__setitem__ if run.needs_cross else lambda name, x: None
-    with capture_inputs({name: linears[name] for name in heads}, sink):
+    watched = {name: linears[name] for name in heads} if run.needs_cross else {}
+    with capture_inputs(watched, dense_inputs.__setitem__):
         dense = run_layer(layer, reference_inputs, 0)
     pending = set(heads)
 
     def hook(name: str) -> Callable:
         def prune_before_use(module: nn.Module, args: tuple) -> None:
             if name not in pending:
-                raise ToolkitError(f"layer {index} {name} runs twice in one forward pass; use --set fused=off")
+                raise ToolkitError(f"layer {index} {name} runs twice in one forward pass; use --fused off")
             pending.discard(name)
             run_cancel_check(run)
             acc = GroupStats(get_weight(module).shape[1], run.device, run.needs_cross, run.gram_limit)
@@ -311,8 +310,8 @@ def _fused_pass(
             handle.remove()
     dense_inputs.clear()
     if pending:
-        raise ToolkitError(f"layer {index}: {sorted(pending)} never ran in the pruned pass; use --set fused=off")
-    return pruned, dense, pruned[: dense.shape[0]]
+        raise ToolkitError(f"layer {index}: {sorted(pending)} never ran in the pruned pass; use --fused off")
+    return pruned, dense
 
 
 def _gather(

@@ -50,7 +50,8 @@ class GroupStats:
         """Accumulate one batch: ``x_*`` are (..., in) activations of the same tokens."""
         xp = _flat(x_pruned)
         self.count += xp.shape[0]
-        if self.col_sq is not None and self.gram_limit is not None:
+        if self.gram_limit is not None:
+            assert self.col_sq is not None
             self.col_sq += torch.linalg.vector_norm(xp, dim=0).square()
             xp = xp[: max(self.gram_limit - self.gram_count, 0)]
         add_gram_upper_(self.gram, xp)
