@@ -59,7 +59,8 @@ def test_run_updates_live_then_shows_perplexity(url: str, chromium: Any, runs_di
     counts = {int(m.group(1)) for _, title, _ in watch if (m := re.search(r"(\d+) of 14 linears", title or ""))}
     assert len(counts - {0, 14}) >= 1, f"the heat-map never showed a partial state: {sorted(counts)}"
     running = [text for _, _, text in watch if "▶ running" in (text or "")]
-    assert any("layer 1 of 2" in t for t in running) and len(set(running)) >= 3  # progress moved while running
+    # progress moved while running; which layer a 0.5 s redraw catches depends on the machine's speed
+    assert any(re.search(r"layer [12] of 2", t) for t in running) and len(set(running)) >= 3, running
     result = page.inner_text("#run-result")
     assert re.search(r"perplexity \(wiki.*\|?\s*\d+\.\d{3}", result.replace("\n", " ")), result
     assert page.locator("#run-solver .scatterlayer .trace").count() >= 1
