@@ -55,6 +55,7 @@ def test_prune_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     (["--calib", "nonexistent-source"], "nonexistent-source"),
     (["--method", "sparsegpt", "--set", "block_size=big"], "must be int"),
     (["--method", "sparsegpt", "--set", "blocksize=3"], "no option"),
+    (["--devices", "cpu,cpu"], "--propagate dense"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, argv: list[str], message: str) -> None:
     out = tmp_path / "runs"

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.engine_options import DEVICES_AUTO, FUSED
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import Event, RunFailed
 from toolkit.methods import METHODS, get_method
@@ -49,6 +50,7 @@ class RunConfig:
     batch_size: int = 8
     fused: str = "auto"  # sequential=group as one pass per layer: auto | on | off (same numbers, faster)
     error_windows: int = 4  # calibration windows behind the layer output error (see EngineConfig)
+    devices: str = "auto"  # layers pruned concurrently on these devices, e.g. "cuda:0,cuda:1" (propagate=dense)
     out_dir: str = "runs"
     save_model: bool = False
 
@@ -61,8 +63,11 @@ class RunConfig:
         spec.make_config(self.options)
         if self.nsamples < 1 or self.seqlen < 2 or self.eval_seqlen < 2:
             raise ToolkitError("nsamples must be ≥ 1 and seqlen, eval-seqlen ≥ 2")
-        if self.fused not in ("auto", "on", "off") or self.error_windows < 1:
-            raise ToolkitError("fused must be auto, on or off and error-windows ≥ 1")
+        if self.fused not in FUSED or self.error_windows < 1:
+            raise ToolkitError(f"fused must be one of {', '.join(FUSED)} and error-windows ≥ 1")
+        several = len([d for d in self.devices.split(",") if d.strip()]) > 1
+        if self.devices != DEVICES_AUTO and several and (self.propagate or spec.propagate) != "dense":
+            raise ToolkitError("parallel layer pruning (--devices with several devices) needs --propagate dense")
         if self.eval_windows is not None and self.eval_windows < 1:
             raise ToolkitError("eval-windows must be ≥ 1 (leave it out for all windows)")
 
@@ -73,7 +78,8 @@ class RunConfig:
     def reuse_key(self) -> dict[str, Any]:
         """The fields that make two runs the same experiment (for sweep reuse)."""
         data = self.to_dict()
-        for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows"):
+        for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
+                         "devices"):
             data.pop(volatile)
         return data
 

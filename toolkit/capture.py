@@ -33,6 +33,11 @@ class LayerInputs:
         """Same side arguments, new hidden states (the outputs of the previous layer)."""
         return LayerInputs(hidden=hidden, args=self.args, kwargs=self.kwargs)
 
+    def to(self, device: torch.device) -> LayerInputs:
+        """The same inputs on ``device`` (hidden states and every tensor among the side arguments)."""
+        return LayerInputs(hidden=[h.to(device) for h in self.hidden], args=[_move(a, device) for a in self.args],
+                           kwargs=[_move(k, device) for k in self.kwargs])
+
     def head(self, windows: int) -> LayerInputs:
         """The first ``windows`` windows of a single-batch capture.
 

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from toolkit.engine_options import FUSED, PROPAGATE, SEQUENTIAL
 from toolkit.errors import RunCancelled, ToolkitError
 
 
@@ -54,10 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-windows", default=None, help="score only the first N windows (default: all)")
     p.add_argument("--eval-dense", action="store_true", help="also report the dense perplexity (cached)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a method option")
-    p.add_argument("--propagate", default=None, choices=("pruned", "dense"), help="default: the method's")
-    p.add_argument("--sequential", default=None, choices=("group", "layer"), help="default: the method's")
+    p.add_argument("--propagate", default=None, choices=PROPAGATE, help="default: the method's")
+    p.add_argument("--sequential", default=None, choices=SEQUENTIAL, help="default: the method's")
     p.add_argument("--batch-size", type=int, default=8, help="calibration windows per forward pass (unfused)")
-    p.add_argument("--fused", default="auto", choices=("auto", "on", "off"),
+    p.add_argument("--fused", default="auto", choices=FUSED,
                    help="sequential=group in one pass per layer over all windows at once (auto: when it fits "
                         "in memory); same numbers as off, one forward per layer instead of 3–4")
     p.add_argument("--error-windows", type=int, default=4,
@@ -66,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-model", action="store_true", help="save the pruned checkpoint in the run folder")
     p.add_argument("--json", default=None, help="write the result object to this file")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--devices", default="auto",
+                   help="prune layers concurrently on these devices, e.g. cuda:0,cuda:1 (needs --propagate dense; "
+                        "auto: every GPU when there are several and the inputs are dense)")
     e = sub.add_parser("eval", help="perplexity of a model")
     e.add_argument("--model", default="smollm2-135m")
     e.add_argument("--data", default="wiki")
@@ -111,7 +115,7 @@ def _prune(args: argparse.Namespace) -> int:
         calib=args.calib, nsamples=args.nsamples, seqlen=args.seqlen, seed=args.seed, eval_data=eval_data,
         eval_seqlen=args.eval_seqlen, eval_windows=_windows(args.eval_windows), eval_dense=args.eval_dense,
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
-        fused=args.fused, error_windows=args.error_windows,
+        fused=args.fused, error_windows=args.error_windows, devices=args.devices,
         out_dir=args.out or "runs", save_model=args.save_model or args.out is not None,
     )
     view = ProgressView()

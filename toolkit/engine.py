@@ -36,12 +36,11 @@ from toolkit.events import Event, LayerDone, LayerStarted, RunWarning, SublayerP
 from toolkit.memory import keep_freed_memory
 from toolkit.methods.base import SOLVER_DTYPE, LinearStats, MethodSpec, SolveContext, Stat
 from toolkit.models import decoder_layers, get_weight, layer_linears, set_weight_
+from toolkit.engine_options import DEVICES_AUTO, FUSED, PROPAGATE, SEQUENTIAL
+from toolkit.parallel import prune_in_parallel, resolve_devices
 from toolkit.sparsity import Target, validate_for_shape
 from toolkit.stats import GroupStats, StopForward, capture_inputs, discover_groups
 
-PROPAGATE = ("pruned", "dense")
-SEQUENTIAL = ("group", "layer")
-FUSED = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -57,6 +56,7 @@ class EngineConfig:
     fused_budget_mb: int = 4096  # "auto" fuses when the layer's activations for all windows fit in this
     error_windows: int = 4  # windows behind the layer output error (all when a dense pass runs anyway)
     # and behind the Gram of methods that need only column norms (Wanda): their rel_error is a sample
+    devices: str = DEVICES_AUTO  # layers pruned concurrently on these (needs propagate=dense); see parallel.py
 
     def __post_init__(self) -> None:
         if self.propagate is not None and self.propagate not in PROPAGATE:
@@ -173,19 +173,18 @@ def prune_layers(
     run.fused = use_fused(run, model, layers[0], windows)
     if not ({Stat.GRAM, Stat.CROSS, Stat.DENSE_GRAM} & spec.needs):
         run.gram_limit = min(cfg.error_windows, windows.shape[0]) * windows.shape[1]
+    devices = resolve_devices(cfg.devices, run.device, run.propagate, resolve_device)
     start = time.perf_counter()
     try:
         with torch.no_grad():
             batch = windows.shape[0] if run.fused else cfg.batch_size
             inputs = capture_layer0(model, layers, windows, run.device, batch)
-            groups: list[list[str]] | None = None
-            for index, layer in enumerate(layers):
-                home = next(layer.parameters()).device
-                layer.to(run.device)
-                try:
-                    groups, inputs = _prune_layer(run, index, len(layers), layer, inputs, groups)
-                finally:
-                    layer.to(home)
+            if len(devices) > 1:
+                prune_in_parallel(run, layers, inputs, devices,
+                                  lambda worker, index, layer, x: _prune_layer(worker, index, len(layers), layer, x, None),
+                                  lambda layer, x: _dense_next(run, layer, x))
+            else:
+                _prune_in_order(run, layers, inputs)
     except BaseException:
         if cfg.restore_on_failure:
             for module, weight in reversed(run.backup):
@@ -193,6 +192,28 @@ def prune_layers(
         raise
     run.result.seconds = time.perf_counter() - start
     return run.result
+
+
+def _prune_in_order(run: _Run, layers: nn.ModuleList, inputs: LayerInputs) -> None:
+    """Layer after layer on one device, each seeing the previous one's pruned or dense outputs."""
+    groups: list[list[str]] | None = None
+    for index, layer in enumerate(layers):
+        home = next(layer.parameters()).device
+        layer.to(run.device)
+        try:
+            groups, inputs = _prune_layer(run, index, len(layers), layer, inputs, groups)
+        finally:
+            layer.to(home)
+
+
+def _dense_next(run: _Run, layer: nn.Module, inputs: LayerInputs) -> LayerInputs:
+    """The dense layer's outputs on the main device: the next layer's inputs under propagate=dense."""
+    home = next(layer.parameters()).device
+    layer.to(run.device)
+    try:
+        return inputs.replace_hidden([run_layer(layer, inputs, b) for b in range(len(inputs.hidden))])
+    finally:
+        layer.to(home)
 
 
 def use_fused(run: _Run, model: nn.Module, layer: nn.Module, windows: Tensor) -> bool:

@@ -48,7 +48,7 @@ def execute(config: Any, emit: Callable[[Event], None], cancel: Any, on_progress
     method_cfg = spec.make_config(config.options)
     engine_cfg = EngineConfig(propagate=config.propagate, sequential=config.sequential,
                               batch_size=config.batch_size, device=config.device, fused=config.fused,
-                              error_windows=config.error_windows)
+                              error_windows=config.error_windows, devices=config.devices)
     device = resolve_device(config.device)
     loaded = load_model(config.model)
     linears = check_targets(loaded.model, spec, target)

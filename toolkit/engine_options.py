@@ -1,0 +1,8 @@
+"""The engine's option values, importable without torch (the CLI parser and RunConfig check them)."""
+
+from __future__ import annotations
+
+PROPAGATE = ("pruned", "dense")  # layer i+1's inputs: the pruned or the dense outputs of layer i
+SEQUENTIAL = ("group", "layer")  # statistics after the earlier groups were pruned, or all from the dense layer
+FUSED = ("auto", "on", "off")  # sequential=group as one forward pass per layer over all windows
+DEVICES_AUTO = "auto"  # parallel layer pruning on every GPU when there are several and inputs are dense
