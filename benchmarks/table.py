@@ -1,12 +1,14 @@
-"""Turn benchmark JSON lines (bench_prune.py output) into the README's markdown table.
+"""Turn benchmark JSON lines (bench_prune.py output) into the README's markdown tables.
 
-    python benchmarks/table.py benchmarks/results/*.jsonl
+    python benchmarks/table.py benchmarks/results/*.jsonl          # one row per run
+    python benchmarks/table.py --grid benchmarks/results/*.jsonl   # ppl and time grids: variant × sparsity
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 
 
 def rows(paths: list[str]) -> list[dict]:
@@ -23,9 +25,42 @@ def rows(paths: list[str]) -> list[dict]:
     return list(records.values())
 
 
+def variant(record: dict) -> str:
+    """``method`` plus its non-default options and a non-default propagation: a grid row's name."""
+    options = ", ".join(f"{k}={v}" for k, v in record["options"].items())
+    propagate = "" if record.get("propagate", "pruned") == "pruned" else f"propagate={record['propagate']}"
+    extra = ", ".join(part for part in (options, propagate) if part)
+    return f"{record['method']} ({extra})" if extra else record["method"]
+
+
+def grid(records: list[dict], cell: Callable[[dict], str]) -> list[str]:
+    """Markdown rows: one per variant (first-seen order), one column per sparsity (first-seen order)."""
+    columns = list(dict.fromkeys(r["sparsity"] for r in records))
+    names = list(dict.fromkeys(variant(r) for r in records))
+    found = {(variant(r), r["sparsity"]): r for r in records}
+    lines = ["| method | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for name in names:
+        cells = [cell(found[name, c]) if (name, c) in found else "" for c in columns]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _ppl(record: dict) -> str:
+    return f"{next(iter(record['ppl'].values()), float('nan')):.2f}"
+
+
+def _time(record: dict) -> str:
+    return f"{record['prune_seconds']:.0f} s / {record['peak_rss_mb']:.0f}"
+
+
 def main() -> None:
-    """Print the table."""
-    records = [r for r in rows(sys.argv[1:]) if r["ppl"]]  # speed-only (--no-eval) rows have no perplexity
+    """Print the table (or, with ``--grid``, the perplexity and time grids)."""
+    args = sys.argv[1:]
+    as_grid = "--grid" in args
+    records = [r for r in rows([a for a in args if a != "--grid"]) if r["ppl"]]  # --no-eval rows have no ppl
+    if as_grid:
+        print("\n".join(grid(records, _ppl)) + "\n\n" + "\n".join(grid(records, _time)))
+        return
     print("| method | sparsity | options | propagate | ppl (wiki) | dense ppl | achieved | prune s | peak RSS MiB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in records:

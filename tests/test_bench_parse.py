@@ -20,3 +20,19 @@ from bench_prune import parse_run  # noqa: E402
 ])
 def test_parse_run(text: str, expected: tuple) -> None:
     assert parse_run(text) == expected
+
+
+def test_grid_puts_each_run_in_its_variant_row_and_sparsity_column() -> None:
+    from table import grid, variant
+
+    def record(method: str, sparsity: str, ppl: float, **options: str) -> dict:
+        return {"method": method, "sparsity": sparsity, "options": options, "propagate": "pruned",
+                "ppl": {"wiki": ppl}, "prune_seconds": 1.0, "peak_rss_mb": 2.0}
+
+    records = [record("wanda", "50%", 36.5), record("thanos", "2:4", 45.0, alpha="0.1"), record("wanda", "2:4", 138.0),
+               {**record("fista", "50%", 25.0), "propagate": "dense"}]
+    assert variant(records[1]) == "thanos (alpha=0.1)" and variant(records[3]) == "fista (propagate=dense)"
+    lines = grid(records, lambda r: f"{r['ppl']['wiki']:.1f}")
+    assert lines[0] == "| method | 50% | 2:4 |"
+    assert lines[2:] == ["| wanda | 36.5 | 138.0 |", "| thanos (alpha=0.1) |  | 45.0 |",
+                         "| fista (propagate=dense) | 25.0 |  |"]
