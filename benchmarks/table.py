@@ -25,9 +25,19 @@ def rows(paths: list[str]) -> list[dict]:
     return list(records.values())
 
 
+def _options(record: dict) -> str:
+    """The options the run set, ``key=value, …`` ("" for the method's defaults)."""
+    return ", ".join(f"{k}={v}" for k, v in record["options"].items())
+
+
+def _first(values: dict) -> float:
+    """The one dataset's value of a ppl dict (nan when empty)."""
+    return next(iter(values.values()), float("nan"))
+
+
 def variant(record: dict) -> str:
-    """``method`` plus its non-default options and a non-default propagation: a grid row's name."""
-    options = ", ".join(f"{k}={v}" for k, v in record["options"].items())
+    """``method`` plus the options the run set and a non-default propagation: a grid row's name."""
+    options = _options(record)
     propagate = "" if record.get("propagate", "pruned") == "pruned" else f"propagate={record['propagate']}"
     extra = ", ".join(part for part in (options, propagate) if part)
     return f"{record['method']} ({extra})" if extra else record["method"]
@@ -46,7 +56,7 @@ def grid(records: list[dict], cell: Callable[[dict], str]) -> list[str]:
 
 
 def _ppl(record: dict) -> str:
-    return f"{next(iter(record['ppl'].values()), float('nan')):.2f}"
+    return f"{_first(record['ppl']):.2f}"
 
 
 def _time(record: dict) -> str:
@@ -64,10 +74,8 @@ def main() -> None:
     print("| method | sparsity | options | propagate | ppl (wiki) | dense ppl | achieved | prune s | peak RSS MiB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in records:
-        options = ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "—"
-        ppl = next(iter(r["ppl"].values()), float("nan"))
-        dense = next(iter(r["dense_ppl"].values()), float("nan"))
-        print(f"| {r['method']} | {r['sparsity']} | {options} | {r.get('propagate', '')} | {ppl:.2f} | {dense:.2f} | "
+        print(f"| {r['method']} | {r['sparsity']} | {_options(r) or '—'} | {r.get('propagate', '')} | "
+              f"{_first(r['ppl']):.2f} | {_first(r['dense_ppl']):.2f} | "
               f"{r['achieved_sparsity']:.4f} | {r['prune_seconds']:.0f} | {r['peak_rss_mb']:.0f} |")
     if records:
         ev = records[0]["protocol"]["evaluation"]
