@@ -50,17 +50,12 @@ def test_build_app_returns_blocks(runs_dir: Path) -> None:
     assert isinstance(build_app(default_model="tiny-llama", runs_dir=str(runs_dir)), gr.Blocks)
 
 
-def test_run_updates_live_then_shows_perplexity(url: str, chromium: Any, runs_dir: Path) -> None:
+def test_run_shows_perplexity_traces_and_a_fast_first_plot(url: str, chromium: Any, runs_dir: Path) -> None:
     page = open_page(chromium, url)
-    pick(page, "run-method", "fista")  # FISTAPruner: several seconds on tiny-llama, with λ and solver traces
+    pick(page, "run-method", "fista")  # FISTAPruner with its defaults: λ and solver traces
     page.evaluate(WATCH_JS)  # starts recording, then clicks Run
     wait_for_text(page, "#run-status", "✓ finished")
     watch = page.evaluate("window._watch")
-    counts = {int(m.group(1)) for _, title, _ in watch if (m := re.search(r"(\d+) of 14 linears", title or ""))}
-    assert len(counts - {0, 14}) >= 1, f"the heat-map never showed a partial state: {sorted(counts)}"
-    running = [text for _, _, text in watch if "▶ running" in (text or "")]
-    # progress moved while running; which layer a 0.5 s redraw catches depends on the machine's speed
-    assert any(re.search(r"layer [12] of 2", t) for t in running) and len(set(running)) >= 3, running
     result = page.inner_text("#run-result")
     assert re.search(r"perplexity \(wiki.*\|?\s*\d+\.\d{3}", result.replace("\n", " ")), result
     assert page.locator("#run-solver .scatterlayer .trace").count() >= 1
@@ -70,6 +65,21 @@ def test_run_updates_live_then_shows_perplexity(url: str, chromium: Any, runs_di
     (runs_dir / "first_plot.json").write_text(json.dumps(report))
     print(f"\nclick → first heat-map cell {first_cell:.2f} s, click → run started {started:.2f} s")
     assert first_cell is not None and first_cell <= 4.0  # target ≤ 2 s on an idle machine; CI is loaded
+
+
+def test_progress_moves_while_a_run_is_going(url: str, chromium: Any) -> None:
+    page = open_page(chromium, url)
+    pick(page, "run-method", "fista")
+    # The default run on tiny-llama can be over before the 0.5 s redraw shows progress on a fast machine;
+    # more outer rounds make it last seconds (about 5 s on a 2-core EPYC) wherever it runs.
+    set_extra_options(page, "max_rounds=150\npatience=150\neps=1e-12\ntrace_every=10")
+    page.evaluate(WATCH_JS)
+    wait_for_text(page, "#run-status", "✓ finished")
+    watch = page.evaluate("window._watch")
+    counts = {int(m.group(1)) for _, title, _ in watch if (m := re.search(r"(\d+) of 14 linears", title or ""))}
+    assert len(counts - {0, 14}) >= 1, f"the heat-map never showed a partial state: {sorted(counts)}"
+    running = [text for _, _, text in watch if "▶ running" in (text or "")]
+    assert any(re.search(r"layer [12] of 2", t) for t in running) and len(set(running)) >= 3, running
 
 
 def test_bad_input_is_a_message_and_the_app_keeps_serving(url: str, chromium: Any) -> None:
