@@ -71,7 +71,7 @@ def test_rel_error_matches_direct_computation(sequential: str) -> None:
     X = torch.cat(captured)
     _, events = _run(model, "sparsegpt", Unstructured(0.5), sequential=sequential)
     event = next(e for e in events if isinstance(e, SublayerPruned) and e.layer == 0 and e.name.endswith("q_proj"))
-    W, W_new = q_proj.weight, decoder_layers(model)[0].self_attn.q_proj.weight
+    W, W_new = q_proj.weight.detach(), decoder_layers(model)[0].self_attn.q_proj.weight.detach()
     direct = torch.linalg.norm(X @ (W_new - W).T) / torch.linalg.norm(X @ W.T)
     assert event.rel_error == pytest.approx(float(direct), rel=1e-3)
 
