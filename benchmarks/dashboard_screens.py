@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from browser_app import (  # noqa: E402
-    WATCH_JS, browser, first_cell_seconds, first_running_seconds, open_page, pick, serve, wait_for_text,
+    browser, first_cell_seconds, first_running_seconds, open_page, pick, serve, wait_for_text, watch_run,
 )
 
 
@@ -30,9 +30,7 @@ def measure(chromium: object, url: str, method: str) -> dict[str, float | None]:
     """One Run click on a fresh page; seconds to the first updates."""
     page = open_page(chromium, url)
     pick(page, "run-method", method)
-    page.evaluate(WATCH_JS)
-    wait_for_text(page, "#run-status", "✓ finished")
-    watch = page.evaluate("window._watch")
+    watch = watch_run(page)
     page.close()
     return {"run_started": first_running_seconds(watch), "first_cell": first_cell_seconds(watch)}
 

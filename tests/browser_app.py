@@ -101,6 +101,14 @@ def wait_for_text(page: Any, element: str, text: str, timeout: float = 120.0) ->
     raise AssertionError(f"{element} never showed {text!r}; last: {page.inner_text(element)!r}")
 
 
+def watch_run(page: Any) -> list[list[Any]]:
+    """Click Run with :data:`WATCH_JS` recording, wait for the run to finish; the recorded changes
+    ``[ms since the click, heat-map title, status text]``."""
+    page.evaluate(WATCH_JS)
+    wait_for_text(page, "#run-status", "✓ finished")
+    return list(page.evaluate("window._watch"))
+
+
 def first_cell_seconds(watch: list[list[Any]]) -> float | None:
     """Seconds from the click to the first heat-map title counting a filled cell."""
     import re

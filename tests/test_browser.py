@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from browser_app import (
-    WATCH_JS, browser, chromium_path, first_cell_seconds, first_running_seconds, open_page, pick, serve,
-    set_extra_options, status, wait_for_text,
+    browser, chromium_path, first_cell_seconds, first_running_seconds, open_page, pick, serve, set_extra_options,
+    status, wait_for_text, watch_run,
 )
 
 from toolkit.api import list_runs
@@ -53,9 +53,7 @@ def test_build_app_returns_blocks(runs_dir: Path) -> None:
 def test_run_shows_perplexity_traces_and_a_fast_first_plot(url: str, chromium: Any, runs_dir: Path) -> None:
     page = open_page(chromium, url)
     pick(page, "run-method", "fista")  # FISTAPruner with its defaults: λ and solver traces
-    page.evaluate(WATCH_JS)  # starts recording, then clicks Run
-    wait_for_text(page, "#run-status", "✓ finished")
-    watch = page.evaluate("window._watch")
+    watch = watch_run(page)
     result = page.inner_text("#run-result")
     assert re.search(r"perplexity \(wiki.*\|?\s*\d+\.\d{3}", result.replace("\n", " ")), result
     assert page.locator("#run-solver .scatterlayer .trace").count() >= 1
@@ -73,9 +71,7 @@ def test_progress_moves_while_a_run_is_going(url: str, chromium: Any) -> None:
     # The default run on tiny-llama can be over before the 0.5 s redraw shows progress on a fast machine;
     # more outer rounds make it last seconds (about 3 s on an idle 2-core EPYC) wherever it runs.
     set_extra_options(page, "max_rounds=60\npatience=60\neps=1e-12\ntrace_every=10")
-    page.evaluate(WATCH_JS)
-    wait_for_text(page, "#run-status", "✓ finished")
-    watch = page.evaluate("window._watch")
+    watch = watch_run(page)
     counts = {int(m.group(1)) for _, title, _ in watch if (m := re.search(r"(\d+) of 14 linears", title or ""))}
     assert len(counts - {0, 14}) >= 1, f"the heat-map never showed a partial state: {sorted(counts)}"
     running = [text for _, _, text in watch if "▶ running" in (text or "")]
