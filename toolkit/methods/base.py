@@ -30,6 +30,10 @@ from toolkit.errors import NumericalError, RunCancelled, ToolkitError
 from toolkit.events import Event, RunWarning
 from toolkit.sparsity import NM, Structured, Target, Unstructured
 
+if typing.TYPE_CHECKING:
+    from toolkit.quant import QuantState
+    from toolkit.spec import Compression, Unit
+
 SOLVER_DTYPE = torch.float32  # statistics and solves (R3); float64 where a solve asks for it
 
 
@@ -78,15 +82,39 @@ class SolveContext:
         self.emit(RunWarning(message=message, layer=self.layer, name=self.name))
 
 
+class Scope(enum.Enum):
+    """What a method solves at once: one linear (same shape) or one decoder layer's structural block."""
+
+    LINEAR = "linear"
+    BLOCK = "block"
+
+
+class Produces(enum.Enum):
+    """Kinds of result a method can return."""
+
+    MASK = "mask"  # a keep-mask (pruning)
+    QUANT = "quant"  # a quantization state (codes, scales, zero points)
+    STRUCTURE = "structure"  # kept units per structural group (shapes change)
+
+
 @dataclass
 class PruneResult:
-    """A solver's answer: new weight (out, in) float32 with zeros where ``keep_mask`` is False."""
+    """A linear-scope solver's answer (alias :data:`LinearResult`).
+
+    ``weight`` (out, in) float32 is what the model computes with: zeros where ``keep_mask`` is
+    False and, when ``quant`` is set, exactly ``dequantize(quant)`` (pruned weights stay zero on the
+    grid). ``keep_mask`` is all True for a quantize-only result: sparsity is always counted from
+    keep-masks, never from exact zeros (a coarse grid alone makes many).
+    """
 
     weight: Tensor
     keep_mask: Tensor
     damping: float = math.nan
     info: dict[str, Any] = field(default_factory=dict)
+    quant: QuantState | None = None
 
+
+LinearResult = PruneResult
 
 PruneFn = Callable[[Tensor, LinearStats, Target, Any, SolveContext], PruneResult]
 
@@ -103,10 +131,29 @@ class MethodSpec:
     summary: str = ""
     sequential: str = "group"  # the engine's default grouping (group: one fused pass per layer; see README)
     propagate: str = "pruned"  # the engine's default inter-layer propagation for this method
+    scope: Scope = Scope.LINEAR
+    produces: frozenset[Produces] = frozenset({Produces.MASK})
+    units: tuple[Unit, ...] = ()  # structural units a block-scope method removes
 
     def supports(self, target: Target) -> bool:
-        """True if the method can meet this kind of target."""
+        """True if the method can meet this kind of sparsity target."""
         return isinstance(target, self.targets)
+
+    def check(self, compression: Compression) -> None:
+        """Raise a one-line :class:`ToolkitError` naming what the method supports when it cannot meet
+        ``compression`` (checked before the model loads)."""
+        kinds = {Unstructured: "unstructured (50%)", NM: "n:m (2:4)", Structured: "structured (structured:30%)"}
+        patterns = ", ".join(kinds[t] for t in self.targets if t in kinds) or "no sparsity pattern"
+        if compression.sparsity is not None and not self.supports(compression.sparsity):
+            raise ToolkitError(f"{self.name} supports {patterns}, not {compression.sparsity}")
+        if compression.sparsity is None and Produces.QUANT not in self.produces:
+            raise ToolkitError(f"{self.name} prunes and needs --sparsity ({patterns})")
+        if compression.quant is not None and Produces.QUANT not in self.produces:
+            raise ToolkitError(f"{self.name} only prunes ({patterns}); --quant needs a quantizing method "
+                               "(see `python -m toolkit methods`)")
+        if compression.unit is not None and compression.unit not in self.units:
+            units = ", ".join(u.value for u in self.units) or "none (it works on single linears)"
+            raise ToolkitError(f"{self.name} cannot remove --unit {compression.unit.value}; its units: {units}")
 
     def make_config(self, options: dict[str, Any] | None = None) -> Any:
         """Build the config from ``options`` (strings from ``--set`` are converted by type)."""
