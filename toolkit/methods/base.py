@@ -32,7 +32,7 @@ from toolkit.sparsity import NM, Structured, Target, Unstructured
 
 if typing.TYPE_CHECKING:
     from toolkit.quant import QuantState
-    from toolkit.spec import Compression, Unit
+    from toolkit.spec import Compression, QuantSpec, Unit
 
 SOLVER_DTYPE = torch.float32  # statistics and solves (R3); float64 where a solve asks for it
 
@@ -65,10 +65,13 @@ class LinearStats:
 
 @dataclass
 class SolveContext:
-    """What a solver may do besides computing: emit events, honour cancellation."""
+    """What a solver may do besides computing (emit events, honour cancellation), and the quantization
+    grid to produce: ``quant`` is the run's :class:`~toolkit.spec.QuantSpec` (None when only pruning),
+    while the sparsity target is the solver's ``target`` argument (None when only quantizing)."""
 
     layer: int = 0
     name: str = ""
+    quant: QuantSpec | None = None
     emit: Callable[[Event], None] = lambda event: None
     cancelled: Callable[[], bool] = lambda: False
 
@@ -116,7 +119,7 @@ class PruneResult:
 
 LinearResult = PruneResult
 
-PruneFn = Callable[[Tensor, LinearStats, Target, Any, SolveContext], PruneResult]
+PruneFn = Callable[[Tensor, LinearStats, Target | None, Any, SolveContext], PruneResult]
 
 
 @dataclass(frozen=True)
