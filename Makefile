@@ -13,7 +13,10 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt requirements-embedded.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX)
+	@# The CPU wheel index first; where it cannot be reached, torch from the default index instead.
+	$(PY) -m pip install -q --retries 0 --timeout 30 "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX) || \
+		(echo "torch index $(TORCH_INDEX) unreachable: installing torch==$(TORCH_VERSION) from the default index" && \
+		 $(PY) -m pip install -q "torch==$(TORCH_VERSION)")
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -r requirements-embedded.txt
 	touch $@
