@@ -1,0 +1,95 @@
+"""Fingerprint of a pruned model's weights, to show that a refactor left every method's numbers alone.
+
+For each ``method@sparsity`` run (the CPU protocol's calibration, no evaluation) the pruned model is
+saved, and one JSON object is printed per run: a SHA-256 over every decoder linear's weight bytes,
+the keep-mask digest, and per-linear float sums, so two commits can be compared exactly (same
+digest ⇒ same weights ⇒ same perplexity) or, where float summation order differs, by how far
+apart they are::
+
+    python benchmarks/weights_digest.py --runs wanda@50% sparsegpt@2:4 --json before.jsonl
+    python benchmarks/weights_digest.py --compare before.jsonl after.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_prune import parse_run  # noqa: E402
+
+
+def digest(model_dir: Path) -> dict:
+    """SHA-256 of the decoder linears' weights (sorted by name) and each one's sum of |w|."""
+    from safetensors import safe_open
+
+    sha = hashlib.sha256()
+    sums: dict[str, float] = {}
+    zeros = 0
+    with safe_open(str(model_dir / "model.safetensors"), framework="pt") as handle:
+        for name in sorted(handle.keys()):
+            if ".layers." not in name or not name.endswith("proj.weight"):
+                continue
+            tensor = handle.get_tensor(name).float().contiguous()
+            sha.update(name.encode())
+            sha.update(tensor.numpy().tobytes())
+            sums[name] = float(tensor.abs().sum())
+            zeros += int((tensor == 0).sum())
+    return {"weights_sha256": sha.hexdigest(), "abs_sums": sums, "zeros": zeros}
+
+
+def run(spec: str, out: str) -> dict:
+    """Prune with ``spec`` (no evaluation), save, fingerprint, delete the checkpoint."""
+    from toolkit.api import RunConfig, prune_model
+
+    method, sparsity, options = parse_run(spec)
+    config = RunConfig(model="smollm2-135m", method=method, sparsity=sparsity, options=options, eval_data=None,
+                       out_dir=out, save_model=True)
+    result = prune_model(config)
+    model_dir = Path(result["run_dir"]) / "model"
+    record = {"run": spec, "achieved_sparsity": result["achieved_sparsity"],
+              "prune_seconds": round(result["prune_seconds"], 2), **digest(model_dir),
+              "git": result["versions"].get("git")}
+    shutil.rmtree(model_dir)
+    return record
+
+
+def compare(before: str, after: str) -> None:
+    """Print, per run, whether the weights are identical, else the largest relative |w| sum gap."""
+    old = {r["run"]: r for r in map(json.loads, Path(before).read_text().splitlines())}
+    for line in Path(after).read_text().splitlines():
+        new = json.loads(line)
+        ref = old.get(new["run"])
+        if ref is None:
+            continue
+        gap = max(abs(new["abs_sums"][k] - v) / max(abs(v), 1e-30) for k, v in ref["abs_sums"].items())
+        print(json.dumps({"run": new["run"], "identical": ref["weights_sha256"] == new["weights_sha256"],
+                          "max_rel_abs_sum_gap": gap, "zeros_before": ref["zeros"], "zeros_after": new["zeros"]}))
+
+
+def main() -> None:
+    """Fingerprint ``--runs`` or ``--compare`` two JSON-lines files."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", nargs="*", default=[])
+    parser.add_argument("--out", default="runs_bench")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--compare", nargs=2, default=None)
+    args = parser.parse_args()
+    if args.compare:
+        compare(*args.compare)
+        return
+    for spec in args.runs:
+        record = run(spec, args.out)
+        print(json.dumps({k: v for k, v in record.items() if k != "abs_sums"}), flush=True)
+        if args.json:
+            with open(args.json, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()
