@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup demo cli-demo test test-fast bench clean
+.PHONY: setup demo cli-demo test test-fast lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -29,6 +29,10 @@ cli-demo: setup
 
 test: setup
 	$(PY) -m pytest -m "slow or not slow or browser" -q
+
+lint: setup
+	$(VENV)/bin/ruff check toolkit app tests benchmarks
+	$(VENV)/bin/pyright
 
 test-fast: setup
 	$(PY) -m pytest -q
