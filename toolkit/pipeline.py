@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from toolkit.checks import check_context
 from toolkit.data import CalibSpec, calibration_windows, eval_windows, load_tokens
 from toolkit.engine import EngineConfig, check_targets, prune_layers, resolve_device
 from toolkit.errors import RunCancelled, ToolkitError
@@ -41,6 +42,7 @@ def execute(config: Any, emit: Callable[[Event], None], cancel: Any, on_progress
                               error_windows=config.error_windows, devices=config.devices)
     device = resolve_device(config.device)
     loaded = load_model(config.model)
+    check_context(loaded, config.seqlen, config.eval_seqlen if config.eval_data else None)
     linears = check_targets(loaded.model, spec, target)
     bos = bos_id(loaded)
     calib = CalibSpec(config.calib, config.nsamples, config.seqlen, config.seed)
