@@ -21,14 +21,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-from toolkit.data import eval_windows, load_tokens  # noqa: E402
-from toolkit.evaluate import perplexity  # noqa: E402
-from toolkit.memory import keep_freed_memory  # noqa: E402
-from toolkit.models import load_model  # noqa: E402
-from toolkit.pipeline import bos_id  # noqa: E402
+from toolkit.data import eval_windows, load_tokens
+from toolkit.evaluate import perplexity
+from toolkit.memory import keep_freed_memory
+from toolkit.models import load_model
+from toolkit.pipeline import bos_id
 
 
 def _rss_mb(field: str) -> float:

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import toolkit.evaluate as evaluate
+from toolkit import evaluate
 from toolkit.evaluate import perplexity
 from toolkit.models import TINY_FAMILIES, load_model
 

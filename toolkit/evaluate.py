@@ -72,13 +72,11 @@ def perplexity(
                 if cancelled():
                     raise RunCancelled("cancelled")
                 batch = windows[start : start + batch_size].to(device)
-                if split is not None:
-                    hidden = _final_hidden(split[0], batch)
-                    if start == 0 and not _head_matches(model, split[1], batch[:1], hidden[:1]):
-                        log.warning("%s: the output head is not lm_head (+ soft-capping); scoring one window at "
-                                    "a time through the model's own forward", type(model).__name__)
-                        split = None
-                nlls.extend((_window_nlls(model, split[1], hidden, batch) if split is not None
+                if split is not None and start == 0 and not _head_matches(model, *split, batch[:1]):
+                    log.warning("%s: the output head is not lm_head (+ soft-capping); scoring one window at a time "
+                                "through the model's own forward", type(model).__name__)
+                    split = None
+                nlls.extend((_window_nlls(model, *split, batch) if split is not None
                              else _own_window_nlls(model, batch)).tolist())
                 progress(min(start + batch_size, windows.shape[0]), windows.shape[0])
     finally:
@@ -92,7 +90,8 @@ def perplexity(
 def _split_head(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     """(base model, output head) of a transformers causal LM, or None when it has no such split."""
     base = getattr(model, getattr(model, "base_model_prefix", ""), None)
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
     if not isinstance(base, nn.Module) or base is model or not isinstance(head, nn.Module):
         return None
     return base, head
@@ -113,9 +112,10 @@ def _head_logits(model: nn.Module, head: nn.Module, hidden: Tensor) -> Tensor:
     return logits
 
 
-def _head_matches(model: nn.Module, head: nn.Module, window: Tensor, hidden: Tensor) -> bool:
+def _head_matches(model: nn.Module, base: nn.Module, head: nn.Module, window: Tensor) -> bool:
     """Whether ``_head_logits`` equals the model's own logits on the last positions of ``window`` (1, seq)."""
     keep = min(_CHECKED_POSITIONS, window.shape[1])
+    hidden = _final_hidden(base, window)
     try:
         own = model(input_ids=window, use_cache=False, logits_to_keep=keep).logits[:, -keep:]
     except TypeError:  # a model without logits_to_keep: one window's full logits, once
@@ -125,12 +125,14 @@ def _head_matches(model: nn.Module, head: nn.Module, window: Tensor, hidden: Ten
     return own.shape == ours.shape and float((own.float() - ours.float()).abs().max()) <= 1e-4 * scale
 
 
-def _window_nlls(model: nn.Module, head: nn.Module, hidden: Tensor, batch: Tensor) -> Tensor:
-    """Mean NLL per window (batch,) from the final hidden states, scoring chunks of positions."""
+def _window_nlls(model: nn.Module, base: nn.Module, head: nn.Module, batch: Tensor) -> Tensor:
+    """Mean NLL per window (batch,): the base's final hidden states, then the head over chunks of positions."""
+    hidden = _final_hidden(base, batch)  # (batch, seq, hidden)
     width = hidden.shape[-1]
     flat = hidden[:, :-1].reshape(-1, width)  # (batch·(seq−1), hidden)
     targets = batch[:, 1:].reshape(-1)
-    vocab = head.weight.shape[0] if isinstance(getattr(head, "weight", None), Tensor) else model.config.vocab_size
+    weight = getattr(head, "weight", None)
+    vocab = weight.shape[0] if isinstance(weight, Tensor) else int(getattr(model, "config").vocab_size)  # noqa: B009
     rows = max(1, LOGIT_CHUNK_BYTES // (4 * vocab))
     losses = torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device)
     for first in range(0, flat.shape[0], rows):

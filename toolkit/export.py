@@ -6,6 +6,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from torch import nn
 
@@ -22,20 +23,21 @@ def _without_quantization(model: nn.Module) -> Iterator[None]:
     The toolkit holds float weights (a GGUF is dequantized on load), so a quantization config in
     the saved config.json would describe a format the checkpoint is not in.
     """
-    config = getattr(model, "config", None)
+    pretrained: Any = model  # a transformers PreTrainedModel
+    config: Any = getattr(pretrained, "config", None)
     saved_config = getattr(config, "quantization_config", _MISSING)
-    saved_quantizer = getattr(model, "hf_quantizer", _MISSING)
+    saved_quantizer = getattr(pretrained, "hf_quantizer", _MISSING)
     if saved_config is not _MISSING:
         del config.quantization_config
     if saved_quantizer is not _MISSING:
-        model.hf_quantizer = None
+        pretrained.hf_quantizer = None
     try:
         yield
     finally:
         if saved_config is not _MISSING:
             config.quantization_config = saved_config
         if saved_quantizer is not _MISSING:
-            model.hf_quantizer = saved_quantizer
+            pretrained.hf_quantizer = saved_quantizer
 
 
 def save_checkpoint(model: nn.Module, codec: TextCodec, folder: str | Path) -> Path:
@@ -47,7 +49,7 @@ def save_checkpoint(model: nn.Module, codec: TextCodec, folder: str | Path) -> P
     folder = Path(folder)
     partial = folder.with_name(folder.name + ".partial")
     with _without_quantization(model):
-        model.save_pretrained(partial)  # transformers ≥ 5 always writes safetensors
+        model.save_pretrained(partial)  # type: ignore[operator]  # transformers ≥ 5 always writes safetensors  # transformers ≥ 5 always writes safetensors
     if isinstance(codec, HFCodec):
         codec.tokenizer.save_pretrained(partial)
     elif isinstance(codec, ByteCodec):

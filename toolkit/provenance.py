@@ -106,7 +106,7 @@ def weights_stamp(source: Path | None) -> Any:
 
 def dense_ppl_key(loaded: LoadedModel, windows: Tensor, evaluation: dict[str, Any]) -> dict[str, Any]:
     """The dense-perplexity cache key of ``loaded`` scored on ``windows`` under ``evaluation``."""
-    config = loaded.model.config
+    config: Any = getattr(loaded.model, "config", None)
     return {
         **evaluation,
         "model": loaded.name,
