@@ -14,7 +14,7 @@ from typing import Any
 from toolkit.api import RunConfig, list_methods
 from toolkit.errors import ToolkitError
 
-MODELS = ("smollm2-135m", "tiny-llama", "tiny-opt", "tiny-gpt2", "tiny-qwen2")
+MODELS = ("smollm2-135m", "tiny-llama", "tiny-opt", "tiny-gpt2", "tiny-qwen2", "tiny-gemma3")
 CALIB_SOURCES = ("wiki", "wikitext2", "c4", "ptb")
 PATTERNS = {"unstructured": "unstructured", "nm": "n:m", "structured": "structured"}  # registry → label
 NM_CHOICES = ("2:4", "4:8", "1:4", "8:16")

@@ -1,4 +1,4 @@
-"""The sequential engine on tiny random Llama-, OPT-, GPT-2- and Qwen2-like models."""
+"""The sequential engine on tiny random Llama-, OPT-, GPT-2-, Qwen2- and Gemma-3-like models."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import LayerDone, LayerStarted, SublayerPruned
 from toolkit.methods import get_method
 from toolkit.methods.base import MethodSpec, PruneResult, Stat
-from toolkit.models import decoder_layers, get_weight, layer_linears, load_model
+from toolkit.models import TINY_FAMILIES, decoder_layers, get_weight, layer_linears, load_model
 from toolkit.sparsity import NM, Unstructured
 
-FAMILIES = ("llama", "opt", "gpt2", "qwen2")
 
 
 def _windows(num: int = 4, seq: int = 32) -> torch.Tensor:
@@ -32,7 +31,7 @@ def _run(model: torch.nn.Module, method: str = "wanda", target: object = Unstruc
     return result, events
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TINY_FAMILIES)
 def test_every_linear_pruned_and_event_sequence(family: str) -> None:
     model = load_model(f"tiny-{family}").model
     layers = decoder_layers(model)

@@ -7,13 +7,12 @@ import math
 import pytest
 import torch
 
-from toolkit.capture import LayerInputs
 from toolkit.data import CalibSpec, calibration_windows
 from toolkit.engine import EngineConfig, prune_layers
 from toolkit.errors import ToolkitError
 from toolkit.events import LayerDone, SublayerPruned
 from toolkit.methods import get_method
-from toolkit.models import decoder_layers, get_weight, layer_linears, load_model
+from toolkit.models import TINY_FAMILIES, decoder_layers, get_weight, layer_linears, load_model
 from toolkit.sparsity import NM, Unstructured, drop_lowest
 from toolkit.stats import GroupStats, add_gram_upper_, symmetrize
 
@@ -33,7 +32,7 @@ def _prune(family: str, method: str, target: object, **engine: object) -> tuple[
     return weights, events
 
 
-@pytest.mark.parametrize("family", ["llama", "opt", "gpt2", "qwen2"])
+@pytest.mark.parametrize("family", TINY_FAMILIES)
 @pytest.mark.parametrize("method", ["sparsegpt", "fista"])
 def test_fused_pass_equals_the_multi_pass_group_order(family: str, method: str) -> None:
     target = NM(2, 4) if method == "sparsegpt" else Unstructured(0.5)
@@ -68,16 +67,6 @@ def test_wanda_reports_errors_from_a_sampled_gram_but_prunes_on_every_token() ->
     e1 = [e.rel_error for e in sampled if isinstance(e, SublayerPruned)]
     e4 = [e.rel_error for e in full if isinstance(e, SublayerPruned)]
     assert e1 != pytest.approx(e4, rel=1e-6) and all(0 < e < 1.5 for e in e1)
-
-
-def test_layer_inputs_head_slices_per_window_side_arguments_only() -> None:
-    hidden = torch.randn(4, 3, 2)
-    inputs = LayerInputs(hidden=[hidden], args=[(torch.ones(4, 1, 3, 3),)],
-                         kwargs=[{"position_embeddings": (torch.ones(1, 3, 2), torch.ones(1, 3, 2)), "flag": True}])
-    head = inputs.head(2)
-    assert head.hidden[0].shape == (2, 3, 2) and head.args[0][0].shape == (2, 1, 3, 3)
-    assert head.kwargs[0]["position_embeddings"][0].shape == (1, 3, 2) and head.kwargs[0]["flag"] is True
-    assert inputs.head(9) is inputs
 
 
 def test_upper_panel_gram_equals_xtx() -> None:

@@ -187,7 +187,11 @@ def failed_event(exc: BaseException) -> RunFailed:
 def evaluate_model(
     model: str, *, data: str = "wiki", seq_len: int = 512, max_windows: int | None = None, device: str = "auto"
 ) -> tuple[float, dict[str, Any]]:
-    """Perplexity of ``model`` on the test split of ``data``; returns (ppl, protocol)."""
+    """Perplexity of ``model`` on the test split of ``data``; returns (ppl, protocol).
+
+    Raises :class:`ToolkitError` when ``seq_len`` exceeds the model's positions.
+    """
+    from toolkit.checks import check_context
     from toolkit.data import eval_windows, load_tokens
     from toolkit.engine import resolve_device
     from toolkit.evaluate import perplexity
@@ -195,6 +199,7 @@ def evaluate_model(
     from toolkit.pipeline import bos_id
 
     loaded = load_model(model)
+    check_context(loaded, seqlen=seq_len)
     windows = eval_windows(load_tokens(data, "test", loaded.codec), seq_len, max_windows, bos_id(loaded))
     value = perplexity(loaded.model, windows, resolve_device(device))
     protocol = {"model": loaded.name, "model_label": loaded.label, "dataset": data, "split": "test",

@@ -89,21 +89,24 @@ def load_text(source: str, split: str) -> str:
     )
 
 
-def _token_cache(source: str, split: str, codec: TextCodec) -> Path | None:
+def _token_cache(source: str, text: str, codec: TextCodec) -> Path | None:
+    """Where the tokens of ``text`` live: keyed by content (the text's and the tokenizer's hashes),
+    never by names, which two tokenizers (e.g. two GGUF files in one folder) can share."""
     if source != EMBEDDED_TEXT:
         return None
     from toolkit.models import cache_dir
 
-    key = hashlib.sha1(f"{source}|{split}|{codec.name}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{codec.fingerprint}|".encode() + text.encode("utf-8")).hexdigest()[:32]
     return cache_dir() / "tokens" / f"{key}.npy"
 
 
 def load_tokens(source: str, split: str, codec: TextCodec) -> Tensor:
     """The split tokenized once without special tokens, as int64 (embedded text cached on disk)."""
-    cache = _token_cache(source, split, codec)
+    text = load_text(source, split)
+    cache = _token_cache(source, text, codec)
     if cache is not None and cache.exists():
         return torch.from_numpy(np.load(cache, allow_pickle=False))
-    ids = np.asarray(codec.encode(load_text(source, split)), dtype=np.int64)
+    ids = np.asarray(codec.encode(text), dtype=np.int64)
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(".partial.npy")

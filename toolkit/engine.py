@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from toolkit.capture import LayerInputs, capture_layer0, run_layer
+from toolkit.capture import LayerInputs, capture_layer_inputs, run_layer
 from toolkit.errors import NumericalError, RunCancelled, ToolkitError
 from toolkit.events import Event, LayerDone, LayerStarted, RunWarning, SublayerPruned
 from toolkit.memory import keep_freed_memory
@@ -40,7 +40,6 @@ from toolkit.engine_options import DEVICES_AUTO, FUSED, PROPAGATE, SEQUENTIAL
 from toolkit.parallel import prune_in_parallel, resolve_devices
 from toolkit.sparsity import Target, validate_for_shape
 from toolkit.stats import GroupStats, StopForward, capture_inputs, discover_groups
-
 
 
 @dataclass(frozen=True)
@@ -178,7 +177,7 @@ def prune_layers(
     try:
         with torch.no_grad():
             batch = windows.shape[0] if run.fused else cfg.batch_size
-            inputs = capture_layer0(model, layers, windows, run.device, batch)
+            inputs = capture_layer_inputs(model, layers, windows, run.device, batch)
             if len(devices) > 1:
                 prune_in_parallel(run, layers, inputs, devices,
                                   lambda worker, index, layer, x: _prune_layer(worker, index, len(layers), layer, x, None),
@@ -211,7 +210,7 @@ def _dense_next(run: _Run, layer: nn.Module, inputs: LayerInputs) -> LayerInputs
     home = next(layer.parameters()).device
     layer.to(run.device)
     try:
-        return inputs.replace_hidden([run_layer(layer, inputs, b) for b in range(len(inputs.hidden))])
+        return inputs.next_layer([run_layer(layer, inputs, b) for b in range(len(inputs.hidden))])
     finally:
         layer.to(home)
 
@@ -245,6 +244,7 @@ def _prune_layer(
 ) -> tuple[list[list[str]], LayerInputs]:
     t0 = time.perf_counter()
     run.layer = index
+    assert inputs.layer == index, f"layer {index} was given the inputs of layer {inputs.layer}"
     linears = layer_linears(layer)
     if groups is None or {n for g in groups for n in g} - set(linears):
         probe = inputs.head(1) if run.fused else inputs  # one window is enough to see who shares an input
@@ -256,7 +256,7 @@ def _prune_layer(
     if run.fused:
         pruned, dense = _fused_pass(run, index, layer, linears, inputs, groups)
         _layer_done(run, index, num_layers, _output_error([pruned], [dense]), t0)
-        return groups, inputs.replace_hidden([pruned if run.propagate == "pruned" else dense])
+        return groups, inputs.next_layer([pruned if run.propagate == "pruned" else dense])
     dense_copy = copy.deepcopy(layer) if run.needs_cross and run.sequential == "group" else None
     dense_out: list[Tensor] = []
     if run.sequential == "layer":
@@ -271,7 +271,7 @@ def _prune_layer(
     pruned_out = [run_layer(layer, inputs, b) for b in range(len(inputs.hidden))]
     _layer_done(run, index, num_layers, _output_error(pruned_out, dense_out), t0)
     nxt = pruned_out if run.propagate == "pruned" else dense_out
-    return groups, inputs.replace_hidden(nxt)
+    return groups, inputs.next_layer(nxt)
 
 
 def _output_error(pruned: list[Tensor], dense: list[Tensor]) -> float:

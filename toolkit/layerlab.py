@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from toolkit.checks import check_context
 from toolkit.data import CalibSpec, calibration_windows, eval_windows, load_tokens
 from toolkit.engine import EngineConfig, check_targets, prune_layers, resolve_device
 from toolkit.errors import RunCancelled, ToolkitError
@@ -55,6 +56,7 @@ class LayerLab:
         """Load ``model``; ``protocol``: nsamples, seqlen, seed, eval_seqlen, eval_windows (RunConfig names)."""
         settings = {"nsamples": 32, "seqlen": 512, "seed": 0, "eval_seqlen": 512, "eval_windows": 16, **protocol}
         self.loaded = load_model(model)
+        check_context(self.loaded, int(settings["seqlen"]), int(settings["eval_seqlen"]))
         self.layers = decoder_layers(self.loaded.model)
         if not 0 <= upto < len(self.layers):
             raise ToolkitError(f"upto must be a layer index in 0..{len(self.layers) - 1}, got {upto}")

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 EMBEDDED = "smollm2-135m"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-TINY_FAMILIES = ("llama", "opt", "gpt2", "qwen2")
+TINY_FAMILIES = ("llama", "opt", "gpt2", "qwen2", "gemma3")
 BYTES_MARKER = "prunelab_byte_tokenizer.json"
 
 
@@ -37,6 +37,7 @@ class LoadedModel:
     codec: TextCodec
     name: str
     label: str
+    source: Path | None = None  # the file or folder the weights were read from (None: built or hub)
 
 
 def cache_dir() -> Path:
@@ -71,14 +72,24 @@ def _load_embedded() -> LoadedModel:
         tmp.rename(cached)
     model = AutoModelForCausalLM.from_pretrained(cached, use_safetensors=True, dtype=torch.float32)
     codec = HFCodec(AutoTokenizer.from_pretrained(cached))
-    return LoadedModel(model, codec, EMBEDDED, "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized)")
+    return LoadedModel(model, codec, EMBEDDED, "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized)", cached)
 
 
 def tiny_config(family: str):  # noqa: ANN201 - a transformers PretrainedConfig
-    """A 2-layer randomly initialisable config of ``family`` (widths divisible by 8 for n:m)."""
-    from transformers import GPT2Config, LlamaConfig, OPTConfig, Qwen2Config
+    """A 2-layer randomly initialisable config of ``family`` (widths divisible by 8 for n:m).
+
+    ``gemma3`` has 4 layers, sliding-window (8 tokens) and full-attention ones alternating, each
+    kind with its own rotary base, as Gemma-3 (whose pattern is 5 sliding : 1 full).
+    """
+    from transformers import Gemma3TextConfig, GPT2Config, LlamaConfig, OPTConfig, Qwen2Config
 
     vocab = ByteCodec.vocab_size
+    if family == "gemma3":
+        return Gemma3TextConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+                                max_position_embeddings=512, sliding_window=8, pad_token_id=None,
+                                layer_types=["sliding_attention", "full_attention"] * 2,
+                                bos_token_id=ByteCodec.bos_id, eos_token_id=ByteCodec.bos_id)
     if family == "llama":
         return LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
@@ -109,16 +120,18 @@ def _load_dir(path: Path, trust_remote_code: bool) -> LoadedModel:
         path, use_safetensors=True, dtype=torch.float32, trust_remote_code=trust_remote_code
     )
     codec = ByteCodec() if (path / BYTES_MARKER).exists() else HFCodec(AutoTokenizer.from_pretrained(path))
-    return LoadedModel(model, codec, str(path), f"local checkpoint {path}")
+    return LoadedModel(model, codec, str(path), f"local checkpoint {path}", path)
 
 
 def _load_gguf(path: Path) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # dequantized to float32: the GGUF quantization no longer describes it
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     codec = HFCodec(AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name))
-    return LoadedModel(model, codec, str(path), f"{path.name} (GGUF, dequantized)")
+    return LoadedModel(model, codec, str(path), f"{path.name} (GGUF, dequantized)", path)
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
@@ -153,7 +166,7 @@ def _load_hub(name: str, trust_remote_code: bool) -> LoadedModel:
 
 
 def load_model(name: str = EMBEDDED, *, trust_remote_code: bool = False) -> LoadedModel:
-    """Load ``name``: "smollm2-135m", "tiny-<llama|opt|gpt2|qwen2>", a directory, a .gguf or a hub id.
+    """Load ``name``: "smollm2-135m", "tiny-<llama|opt|gpt2|qwen2|gemma3>", a directory, a .gguf or a hub id.
 
     The model comes back in float32, in eval mode, on the CPU (the engine moves one layer at a
     time to the device). Raises :class:`ToolkitError` with what to do for an unknown name.

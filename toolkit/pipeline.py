@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from toolkit.checks import check_context
 from toolkit.data import CalibSpec, calibration_windows, eval_windows, load_tokens
 from toolkit.engine import EngineConfig, check_targets, prune_layers, resolve_device
 from toolkit.errors import RunCancelled, ToolkitError
@@ -18,7 +18,7 @@ from toolkit.events import Event, EvalPoint, RunFailed, RunFinished, RunStarted
 from toolkit.export import save_checkpoint
 from toolkit.methods import get_method
 from toolkit.models import LoadedModel, decoder_layers, load_model
-from toolkit.provenance import cached_dense_ppl, peak_rss_mb, store_dense_ppl, versions
+from toolkit.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl, versions
 from toolkit.runs import RunWriter
 from toolkit.sparsity import parse_sparsity
 
@@ -29,15 +29,6 @@ BOS_FAMILIES = ("gemma", "gemma2", "gemma3", "gemma3_text")
 def bos_id(loaded: LoadedModel) -> int | None:
     """BOS id for models that need it at the start of every window (Gemma), else None."""
     return loaded.codec.bos_id if getattr(loaded.model.config, "model_type", "") in BOS_FAMILIES else None
-
-
-def _fingerprint(name: str) -> str:
-    """Identity of a model for the dense-ppl cache: a local folder also gets its weights' mtime."""
-    path = Path(name)
-    if path.is_dir():
-        stamps = [f.stat().st_mtime_ns for f in sorted(path.glob("*.safetensors"))]
-        return f"{path.resolve()}@{stamps}"
-    return name
 
 
 def execute(config: Any, emit: Callable[[Event], None], cancel: Any, on_progress: Progress | None) -> dict[str, Any]:
@@ -51,6 +42,7 @@ def execute(config: Any, emit: Callable[[Event], None], cancel: Any, on_progress
                               error_windows=config.error_windows, devices=config.devices)
     device = resolve_device(config.device)
     loaded = load_model(config.model)
+    check_context(loaded, config.seqlen, config.eval_seqlen if config.eval_data else None)
     linears = check_targets(loaded.model, spec, target)
     bos = bos_id(loaded)
     calib = CalibSpec(config.calib, config.nsamples, config.seqlen, config.seed)
@@ -129,7 +121,7 @@ def _dense_eval(config: Any, loaded: LoadedModel, test: torch.Tensor | None, dev
     """Dense perplexity (with --eval-dense), from the cache when this protocol was measured before."""
     if test is None or not config.eval_dense:
         return {}
-    key = {"model": _fingerprint(config.model), **protocol["evaluation"]}
+    key = dense_ppl_key(loaded, test, protocol["evaluation"])
     value = cached_dense_ppl(key)
     if value is None:
         value = _eval(loaded, test, device, "dense", progress, cancel)

@@ -1,16 +1,31 @@
-"""Provenance stamped on every result (STYLE R10): versions, git hash, peak memory, dense-ppl cache."""
+"""Provenance stamped on every result (STYLE R10): versions, git hash, peak memory, dense-ppl cache.
+
+The dense-perplexity cache is keyed by content, never by names alone: the evaluation protocol, a
+hash of the very token windows scored (text, tokenizer, seqlen and BOS all change it), a hash of the
+model's config and a stamp of the weights on disk (size, mtime and a hash of the first and last MiB
+of a file; size and mtime of every file of a folder). Replacing a .gguf, a checkpoint or a text
+file therefore measures again instead of reusing a stale number.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import resource
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.models import cache_dir
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from toolkit.models import LoadedModel
+
+_EDGE = 2**20  # bytes hashed at each end of a weights file
 
 
 def versions() -> dict[str, str]:
@@ -65,3 +80,38 @@ def store_dense_ppl(key: dict[str, Any], ppl: float) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(table, indent=1), encoding="utf-8")
     tmp.replace(path)
+
+
+def _file_stamp(path: Path) -> list[Any]:
+    """Size, mtime and a hash of the first and last MiB of a file."""
+    stat = path.stat()
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        digest.update(handle.read(_EDGE))
+        if stat.st_size > 2 * _EDGE:
+            handle.seek(-_EDGE, 2)
+        digest.update(handle.read(_EDGE))
+    return [stat.st_size, stat.st_mtime_ns, digest.hexdigest()[:16]]
+
+
+def weights_stamp(source: Path | None) -> Any:
+    """What identifies the weights read from ``source``: a file's stamp, or name, size and mtime of
+    every file of a folder; None for models built in memory or fetched from the hub."""
+    if source is None:
+        return None
+    if source.is_file():
+        return _file_stamp(source)
+    return sorted([f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in source.iterdir() if f.is_file())
+
+
+def dense_ppl_key(loaded: LoadedModel, windows: Tensor, evaluation: dict[str, Any]) -> dict[str, Any]:
+    """The dense-perplexity cache key of ``loaded`` scored on ``windows`` under ``evaluation``."""
+    config: Any = getattr(loaded.model, "config", None)
+    return {
+        **evaluation,
+        "model": loaded.name,
+        "weights": weights_stamp(loaded.source),
+        "revision": getattr(config, "_commit_hash", None),
+        "config": hashlib.sha256(config.to_json_string().encode()).hexdigest()[:16],
+        "windows": hashlib.sha256(windows.cpu().numpy().tobytes()).hexdigest()[:16],
+    }

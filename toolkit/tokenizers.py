@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+from functools import cached_property
 from typing import Protocol
 
 
 class TextCodec(Protocol):
-    """What the data module needs from a tokenizer."""
+    """What the data module needs from a tokenizer.
+
+    ``name`` is for people; ``fingerprint`` identifies what decides the ids (two GGUF files in
+    one folder share a name but not a fingerprint), so caches key on it.
+    """
 
     name: str
     bos_id: int | None
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the tokenizer's definition: equal fingerprints give equal ids."""
+        ...
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens."""
@@ -22,6 +34,7 @@ class ByteCodec:
     vocab_size = 257
     name = "bytes"
     bos_id = 256
+    fingerprint = "bytes:utf-8:bos=256"
 
     def encode(self, text: str) -> list[int]:
         """One id per UTF-8 byte."""
@@ -35,6 +48,17 @@ class HFCodec:
         self.tokenizer = tokenizer
         self.name = getattr(tokenizer, "name_or_path", "hf")
         self.bos_id = tokenizer.bos_token_id
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """sha256 of the full definition of a fast tokenizer (its tokenizer.json: vocabulary, merges,
+        normalizer, pre-tokenizer), else of its class and sorted vocabulary, plus the BOS id."""
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:
+            definition = backend.to_str()
+        else:
+            definition = json.dumps([type(self.tokenizer).__name__, sorted(self.tokenizer.get_vocab().items())])
+        return hashlib.sha256(f"{definition}|bos={self.bos_id}".encode()).hexdigest()
 
     def encode(self, text: str) -> list[int]:
         """Token ids, no special tokens, tokenized once for the whole text."""
