@@ -1,5 +1,7 @@
-"""AWP (Liu, Koike-Akino, Wang, Mansour, Brand 2025, arXiv:2506.10205): activation-aware pruning and
-quantization by projected gradient descent. Implementation notes: ``papers/awp.md`` (A1-A19).
+"""AWP: activation-aware pruning and quantization by projected gradient descent.
+
+Liu, Koike-Akino, Wang, Mansour, Brand 2025, arXiv:2506.10205; implementation notes
+``papers/awp.md`` (ambiguities A1-A19).
 
 One linear, W (out, in), C = XXᵀ/N (in, in) (``stats.gram``). AWP solves (eq. 7)
 

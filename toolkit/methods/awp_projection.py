@@ -127,8 +127,11 @@ class Projector:
         return Iterate(P, keep, None, feasible=self.spec is None and target == self.target)
 
     def finalize(self, iterate: Iterate) -> Iterate:
-        """The iterate in the final constraint set: an infeasible one is projected with the full target
-        (and grid); a feasible one gets its mask re-applied to Θ and the codes (§1.8)."""
+        """Map an iterate into the final constraint set.
+
+        An infeasible one is projected with the full target (and grid); a feasible one gets its mask
+        re-applied to Θ and the codes (§1.8).
+        """
         if not iterate.feasible:
             if self.target is None:
                 state = self.quantize(iterate.theta)

@@ -87,7 +87,7 @@ class Quadratic:
         return math.sqrt(sq / self.out_sq) if self.out_sq > 0 else math.sqrt(sq)
 
     def ratio(self, value: float) -> float:
-        """value / ‖W‖_F (value itself for an all-zero W)."""
+        """Return value / ‖W‖_F (value itself for an all-zero W)."""
         return value / self.w_norm if self.w_norm > 0 else value
 
 
@@ -138,7 +138,7 @@ def run_pgd(q: Quadratic, init: Iterate, project: Projector, schedule: Schedule,
 
     Emits a SolverStep at step 0, every ``schedule.emit_every`` steps and at the last step.
     """
-    emit = _emitter(ctx)
+    emit = _emitter(ctx) if schedule.emit_every > 0 else lambda step, objective, values: None
     it, G = init, q.residual(init.theta)
     objective = objective_init = q.relative_error(it.theta, G)
     best, stop, stop_value, steps, emitted = _Best(), "max_iter", math.nan, 0, 0

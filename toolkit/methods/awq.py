@@ -39,7 +39,9 @@ import torch
 from torch import Tensor
 
 from toolkit.errors import ToolkitError
-from toolkit.methods.base import SOLVER_DTYPE, LinearStats, MethodSpec, Produces, PruneResult, SolveContext, Stat, option
+from toolkit.methods.base import (
+    SOLVER_DTYPE, LinearStats, MethodSpec, Produces, PruneResult, SolveContext, Stat, option,
+)
 from toolkit.methods.quant_base import all_kept, checked_gram, quant_only
 from toolkit.quant import QuantState, dequantize, group_width, project, quantize
 from toolkit.sparsity import Target

@@ -64,6 +64,7 @@ class _Grid:
     zeros: Tensor
     col_scales: Tensor
     col_zeros: Tensor
+    dynamic: int = 0  # group width when grids are computed as the sweep enters each group (0: static)
 
     @classmethod
     def static(cls, W: Tensor, spec: QuantSpec, perm: Tensor | None) -> _Grid:
@@ -92,8 +93,7 @@ def _block_width(cfg: GPTQConfig, width: int, dynamic: bool) -> int:
     return width * max(1, cfg.block_size // width)
 
 
-def _sweep(W: Tensor, U: Tensor, g: _Grid, spec: QuantSpec, block: int, ctx: SolveContext,
-           dynamic_width: int) -> Tensor:
+def _sweep(W: Tensor, U: Tensor, g: _Grid, spec: QuantSpec, block: int, ctx: SolveContext) -> Tensor:
     """The lazy-batch OBS sweep over W (out, in) in place; returns the codes (out, in) uint8 in sweep order."""
     qmax = spec.levels - 1
     rows, cols = W.shape
@@ -106,8 +106,8 @@ def _sweep(W: Tensor, U: Tensor, g: _Grid, spec: QuantSpec, block: int, ctx: Sol
         Errt = torch.empty_like(Wt)
         for i in range(i2 - i1):
             col = i1 + i
-            if dynamic_width and col % dynamic_width == 0:
-                g.enter_group(Wt[i : i + dynamic_width].t(), spec, col, dynamic_width)
+            if g.dynamic and col % g.dynamic == 0:
+                g.enter_group(Wt[i : i + g.dynamic].t(), spec, col, g.dynamic)
             s, z = g.col_scales[:, col], g.col_zeros[:, col]
             q = torch.clamp(torch.round(Wt[i] / s) + z, 0, qmax)
             codes[:, col] = q.to(torch.uint8)
@@ -132,10 +132,11 @@ def quantize_linear(W: Tensor, stats: LinearStats, target: Target | None, cfg: G
     perm = torch.argsort(torch.diagonal(H), descending=True) if cfg.act_order else None
     dynamic = perm is None and width < cols
     g = _Grid.static(W, spec, perm)
+    g.dynamic = width if dynamic else 0
     if perm is not None:
         W, H = W[:, perm], H[perm][:, perm]
     U, damping = damped_cholesky_inverse(H, cfg.damp_frac, ctx)
-    codes = _sweep(W, U, g, spec, _block_width(cfg, width, dynamic), ctx, width if dynamic else 0)
+    codes = _sweep(W, U, g, spec, _block_width(cfg, width, dynamic), ctx)
     if perm is not None:
         codes = codes[:, torch.argsort(perm)]
     state = QuantState(codes, g.scales, g.zeros, spec)

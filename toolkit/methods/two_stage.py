@@ -21,7 +21,9 @@ from torch import Tensor
 
 from toolkit.methods import awq, wanda
 from toolkit.methods.awp_projection import mask_state
-from toolkit.methods.base import SOLVER_DTYPE, LinearStats, MethodSpec, Produces, PruneResult, SolveContext, Stat, option
+from toolkit.methods.base import (
+    SOLVER_DTYPE, LinearStats, MethodSpec, Produces, PruneResult, SolveContext, Stat, option,
+)
 from toolkit.methods.quant_base import checked_gram, joint_spec
 from toolkit.sparsity import NM, Target, Unstructured
 
@@ -31,7 +33,8 @@ class TwoStageConfig:
     """Options of the AWQ stage (the Wanda stage has none)."""
 
     n_grid: int = option(20, "AWQ α grid {0, 1/n, …, (n−1)/n} (1 = no scaling)")
-    clip: str = option("auto", "AWQ clipping search: auto skips q/k projections, on, off", choices=("auto", "on", "off"))
+    clip: str = option("auto", "AWQ clipping search: auto skips q/k projections, on, off",
+                       choices=("auto", "on", "off"))
 
     def awq(self) -> awq.AWQConfig:
         """The AWQ stage's config."""
