@@ -67,7 +67,8 @@ def _check(model: nn.Module, states: dict[str, QuantState]) -> None:
             raise ToolkitError(f"{name} holds an AWQ state whose per-input scale must be folded into the preceding "
                                "op; pack-quantized cannot store it: export rtn, gptq or awp results")
         if tuple(module.weight.shape) != state.shape:
-            raise ToolkitError(f"{name}: state shape {state.shape} differs from the weight {tuple(module.weight.shape)}")
+            raise ToolkitError(f"{name}: state shape {state.shape} differs from the weight "
+                               f"{tuple(module.weight.shape)}")
         group = state.spec.group_size
         if group and group < state.shape[1] and state.shape[1] % group:
             raise ToolkitError(f"{name}: group size {group} does not divide its {state.shape[1]} inputs; "
