@@ -12,11 +12,11 @@ from toolkit.engine import reconstruction_errors
 from toolkit.errors import NumericalError, RunCancelled, ToolkitError
 from toolkit.events import RunWarning, SolverStep
 from toolkit.methods import awp, get_method, rtn, wanda
-from toolkit.methods.awp_projection import Projector, project_sparse, zero_point_codes
+from toolkit.methods.awp_projection import Projector, keep_largest_per_row, project_sparse, zero_point_codes
 from toolkit.methods.awp_solver import Quadratic
 from toolkit.methods.base import LinearStats, SolveContext
 from toolkit.quant import dequantize, quantize
-from toolkit.sparsity import NM, Structured, Unstructured, nm_violations
+from toolkit.sparsity import NM, Structured, Unstructured, keep_topk_per_row, nm_violations
 from toolkit.spec import Compression, QuantSpec
 
 INT4 = QuantSpec(4, 64)
@@ -50,6 +50,13 @@ def test_row_topk_and_nm_projection_hand_cases() -> None:
     assert project_sparse(Z8, NM(2, 4))[1].tolist() == [[False, True, True, False, True, False, False, True]]
     # k = in − ⌊p·in⌋ (Wanda's count): 30 % of 10 columns prunes 3 per row
     assert int(project_sparse(torch.randn(3, 10), Unstructured(0.3))[1].sum(1).unique()) == 7
+
+
+def test_fast_row_topk_equals_the_sparsity_helper_with_and_without_ties() -> None:
+    gen = torch.Generator().manual_seed(5)
+    for scores in (torch.rand(20, 64, generator=gen), torch.randint(0, 4, (20, 64), generator=gen).float()):
+        for prune in (0, 1, 31, 32, 63, 64):
+            assert torch.equal(keep_largest_per_row(scores, prune), keep_topk_per_row(scores, prune))
 
 
 def test_a_value_on_the_grid_stays_and_the_min_max_grid_round_trips() -> None:

@@ -45,13 +45,25 @@ class Iterate:
     feasible: bool = True  # Θ lies in the final constraint set (false during the joint ramp/hold)
 
 
+def keep_largest_per_row(scores: Tensor, prune: int) -> Tensor:
+    """:func:`~toolkit.sparsity.keep_topk_per_row` (same mask), with a fast path when no row has ties at
+    its threshold: then the ``prune`` entries ≤ the ``prune``-th smallest are exactly the ones dropped."""
+    if prune <= 0 or prune >= scores.shape[1]:
+        return keep_topk_per_row(scores, prune)
+    threshold = torch.kthvalue(scores, prune, dim=1, keepdim=True).values
+    keep = scores > threshold
+    if bool((keep.sum(1) == scores.shape[1] - prune).all()):
+        return keep
+    return keep_topk_per_row(scores, prune)
+
+
 def project_sparse(Z: Tensor, target: SparseTarget) -> tuple[Tensor, Tensor]:
     """Proj_row: (Z ⊙ keep, keep) keeping the largest |Z| per row (unstructured) or per m-group (n:m)."""
     scores = Z.abs()
     if isinstance(target, NM):
         keep = keep_nm(scores, target)
     else:
-        keep = keep_topk_per_row(scores, int(Z.shape[1] * target.sparsity))
+        keep = keep_largest_per_row(scores, int(Z.shape[1] * target.sparsity))
     return Z * keep, keep
 
 

@@ -80,7 +80,7 @@ class Quadratic:
 
     def relative_error(self, theta: Tensor, G: Tensor) -> float:
         """‖(W − Θ)C^½‖_F / ‖W C^½‖_F (the error itself when the dense output is zero)."""
-        sq = float(torch.sum(G * (self.W - theta), dtype=torch.float64))
+        sq = float(torch.dot(G.reshape(-1), (self.W - theta).reshape(-1)))
         if not math.isfinite(sq):
             return math.inf
         sq = max(sq, 0.0)
@@ -106,9 +106,9 @@ def _values(q: Quadratic, prev: Iterate, new: Iterate, Z: Tensor) -> dict[str, f
         "bits": float(new.state.spec.bits) if new.state is not None else 32.0,
     }
     if new.keep is not None:
-        values["sparsity"] = float((~new.keep).float().mean())
+        values["sparsity"] = 1.0 - int(new.keep.sum()) / new.keep.numel()
         if prev.keep is not None:
-            values["churn"] = float((new.keep != prev.keep).float().mean())
+            values["churn"] = int((new.keep != prev.keep).sum()) / new.keep.numel()
     return values
 
 
@@ -160,14 +160,16 @@ def run_pgd(q: Quadratic, init: Iterate, project: Projector, schedule: Schedule,
                      "iterate so far: lower the eta scale")
             stop, stop_value = "diverged", objective_new
             break
-        values = _values(q, it, new, Z)
+        due = schedule.emit_every > 0 and t % schedule.emit_every == 0
+        values = _values(q, it, new, Z) if due else {}
+        change = q.ratio(float(torch.linalg.norm(new.theta - it.theta))) if schedule.stop_rule == "rel_change" else 0
         it, G, objective, steps = new, G_new, objective_new, t
         best.offer(it, objective, t)
-        if schedule.emit_every > 0 and t % schedule.emit_every == 0:
+        if due:
             emit(t, objective, values | {"grad": _grad_ratio(q, G, it, False)})
             emitted = t
-        if schedule.stop_rule == "rel_change" and values["change"] < schedule.tol:
-            stop, stop_value = "tol", values["change"]
+        if schedule.stop_rule == "rel_change" and change < schedule.tol:
+            stop, stop_value = "tol", change
             break
     if steps != emitted:
         emit(steps, objective, {"grad": _grad_ratio(q, G, it, False)})
