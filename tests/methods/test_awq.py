@@ -93,7 +93,7 @@ def test_two_stage_results_are_sparse_on_grid_and_consistent(problem, name, targ
     assert bool((result.weight[~keep] == 0).all())
     assert torch.equal(result.weight, awq.effective_weight(state))
     assert torch.equal(state.codes[~keep], zero_point_codes(state)[~keep])
-    first = W if name == "wanda+awq" else awq.effective_weight(awq.awq_state(W, stats.gram, INT4, awq.AWQConfig(),
+    first = W if name == "wanda+awq" else awq.effective_weight(awq.awq_state(W, stats, INT4, awq.AWQConfig(),
                                                                              "mlp.up_proj")[0])
     assert torch.equal(keep, wanda.prune(first, stats, target, wanda.WandaConfig(), SolveContext()).keep_mask)
 

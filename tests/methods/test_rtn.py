@@ -27,7 +27,8 @@ def test_hand_case_two_bits_one_group() -> None:
     assert torch.equal(result.weight, dequantize(result.quant))
 
 
-@pytest.mark.parametrize("spec", (QuantSpec(4, 64), QuantSpec(3, 100), QuantSpec(8, 0), QuantSpec(4, 32, True)), ids=str)
+@pytest.mark.parametrize("spec", (QuantSpec(4, 64), QuantSpec(3, 100), QuantSpec(8, 0), QuantSpec(4, 32, True)),
+                         ids=str)
 def test_equals_the_quant_core_and_keeps_every_weight(spec: QuantSpec) -> None:
     W = torch.randn(16, 256, generator=torch.Generator().manual_seed(0))
     before = W.clone()

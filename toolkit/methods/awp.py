@@ -53,7 +53,7 @@ from toolkit.methods.awp_solver import STOP_RULES, Outcome, Quadratic, Schedule,
 from toolkit.methods.base import (
     SOLVER_DTYPE, LinearStats, MethodSpec, Produces, PruneResult, SolveContext, Stat, option,
 )
-from toolkit.methods.quant_base import all_kept, checked_gram, sparse_target
+from toolkit.methods.quant_base import all_kept, checked_gram, sparse_target, stats_on
 from toolkit.quant import dequantize, quantize
 from toolkit.sparsity import NM, Target, Unstructured
 from toolkit.spec import QuantSpec
@@ -110,7 +110,7 @@ def validate(shape: tuple[int, int], target: Target | None, spec: QuantSpec | No
 
 
 def _wanda_init(W: Tensor, stats: LinearStats, target: Unstructured | NM, ctx: SolveContext) -> Iterate:
-    """Θ0 = Wanda's solution: its per-row (or n:m) mask on W, no update (notes A12)."""
+    """Θ0 = Wanda's solution: its per-row (or n:m) mask on W, no update (notes A12); ``stats`` on W's device."""
     result = wanda.prune(W, stats, target, wanda.WandaConfig(), ctx)
     return Iterate(result.weight.to(W.device, SOLVER_DTYPE), result.keep_mask.to(W.device))
 
@@ -166,7 +166,7 @@ def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig, 
     mode = validate((W.shape[0], W.shape[1]), target, ctx.quant)
     W = W.to(SOLVER_DTYPE)
     C = checked_gram(W, stats, ctx, "awp")
-    init, projector, iterations, eta_scale = _setup(W, stats, target, cfg, ctx)
+    init, projector, iterations, eta_scale = _setup(W, stats_on(C, stats), target, cfg, ctx)
     c_norm = float(torch.linalg.norm(C))
     if not c_norm > 0:
         ctx.warn("awp: C = 0 (every input of this linear is zero); returning the initial point")

@@ -8,8 +8,8 @@ One linear, W (out, in), C = XXᵀ/N (in, in), grid Q = RTN on ``ctx.quant`` (:m
        α* = argmin ‖(Ŵ(α) − W) X‖²_F / N = argmin tr(ΔW C ΔWᵀ)
 
    a_j is the activation magnitude of input j. llm-awq uses mean|x_j|; the engine only gathers
-   second moments, so we use the RMS a_j = √C_jj (proportional for symmetric Gaussian-like inputs;
-   outlier channels weigh more). The loss is this linear's output error from the Gram, where the
+   second moments, so we use the RMS a_j = √(‖X_j‖²/N) = √C_jj (proportional for symmetric
+   Gaussian-like inputs; outlier channels weigh more). The loss is this linear's output error from the Gram, where the
    reference measures the output of the block the linears feed (e.g. the attention for q/k/v,
    which share one scale there; here every linear gets its own s).
 2. Clipping search (``auto_clip``): in the scaled domain W' = W·diag(s), for every row r and group
@@ -42,7 +42,7 @@ from toolkit.errors import ToolkitError
 from toolkit.methods.base import (
     SOLVER_DTYPE, LinearStats, MethodSpec, Produces, PruneResult, SolveContext, Stat, option,
 )
-from toolkit.methods.quant_base import all_kept, checked_gram, quant_only
+from toolkit.methods.quant_base import all_kept, checked_gram, quant_only, stats_on
 from toolkit.quant import QuantState, dequantize, group_width, project, quantize
 from toolkit.sparsity import Target
 from toolkit.spec import QuantSpec
@@ -149,9 +149,14 @@ def clips(cfg: AWQConfig, name: str) -> bool:
     return not any(token in name.rsplit(".", 1)[-1] for token in QK_NAMES)
 
 
-def awq_state(W: Tensor, C: Tensor, spec: QuantSpec, cfg: AWQConfig, name: str) -> tuple[ScaledQuantState, dict]:
-    """AWQ of W (out, in) float32 with Gram C: the scaled state and an info dict (α*, clipping)."""
-    act = torch.sqrt(torch.diagonal(C).clamp(min=0))
+def awq_state(W: Tensor, stats: LinearStats, spec: QuantSpec, cfg: AWQConfig, name: str
+              ) -> tuple[ScaledQuantState, dict]:
+    """AWQ of W (out, in) float32 with ``stats`` on W's device: the scaled state and an info dict (α*, clipping).
+
+    The activation magnitude is a_j = √(‖X_j‖²/N) over all calibration tokens (``col_sq_norms``).
+    """
+    C = stats.gram
+    act = torch.sqrt(stats.col_sq_norms.clamp(min=0))
     s, alpha = search_scale(W, C, act, spec, cfg.n_grid)
     Ws = W * s
     clipped = clips(cfg, name)
@@ -173,8 +178,7 @@ def quantize_linear(W: Tensor, stats: LinearStats, target: Target | None, cfg: A
     """
     spec = quant_only(target, ctx, "awq")
     W = W.to(SOLVER_DTYPE)
-    C = checked_gram(W, stats, ctx, "awq")
-    state, info = awq_state(W, C, spec, cfg, ctx.name)
+    state, info = awq_state(W, stats_on(checked_gram(W, stats, ctx, "awq"), stats), spec, cfg, ctx.name)
     return PruneResult(weight=effective_weight(state), keep_mask=all_kept(W), info=info, quant=state)
 
 

@@ -26,6 +26,12 @@ def checked_gram(W: Tensor, stats: LinearStats, ctx: SolveContext, method: str) 
     return stats.gram.to(W.device, SOLVER_DTYPE)
 
 
+def stats_on(C: Tensor, stats: LinearStats) -> LinearStats:
+    """``stats`` with the Gram replaced by ``C`` (float32, the solver's device) and ‖X_j‖²/N moved there."""
+    col_sq = None if stats.col_sq is None else stats.col_sq.to(C.device, SOLVER_DTYPE)
+    return LinearStats(gram=C, count=stats.count, col_sq=col_sq, gram_count=stats.gram_count)
+
+
 def quant_only(target: Target | None, ctx: SolveContext, method: str) -> QuantSpec:
     """The grid of a quantize-only method; ToolkitError for a sparsity target or a missing grid."""
     if target is not None:

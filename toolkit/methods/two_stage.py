@@ -24,7 +24,7 @@ from toolkit.methods.awp_projection import mask_state
 from toolkit.methods.base import (
     SOLVER_DTYPE, LinearStats, MethodSpec, Produces, PruneResult, SolveContext, Stat, option,
 )
-from toolkit.methods.quant_base import checked_gram, joint_spec
+from toolkit.methods.quant_base import checked_gram, joint_spec, stats_on
 from toolkit.sparsity import NM, Target, Unstructured
 
 
@@ -54,9 +54,9 @@ def prune_then_quantize(W: Tensor, stats: LinearStats, target: Target | None, cf
     """Wanda, then AWQ on the pruned weight (``wanda+awq``)."""
     sparse, spec = joint_spec((W.shape[0], W.shape[1]), target, ctx, "wanda+awq")
     W = W.to(SOLVER_DTYPE)
-    C = checked_gram(W, stats, ctx, "wanda+awq")
-    keep = wanda.prune(W, stats, sparse, wanda.WandaConfig(), ctx).keep_mask.to(W.device)
-    state, info = awq.awq_state(W * keep, C, spec, cfg.awq(), ctx.name)
+    stats = stats_on(checked_gram(W, stats, ctx, "wanda+awq"), stats)
+    keep = wanda.prune(W, stats, sparse, wanda.WandaConfig(), ctx).keep_mask
+    state, info = awq.awq_state(W * keep, stats, spec, cfg.awq(), ctx.name)
     return _finish(state, keep, info, "wanda+awq")
 
 
@@ -65,10 +65,10 @@ def quantize_then_prune(W: Tensor, stats: LinearStats, target: Target | None, cf
     """AWQ, then Wanda on the quantized weight (``awq+wanda``)."""
     sparse, spec = joint_spec((W.shape[0], W.shape[1]), target, ctx, "awq+wanda")
     W = W.to(SOLVER_DTYPE)
-    C = checked_gram(W, stats, ctx, "awq+wanda")
-    state, info = awq.awq_state(W, C, spec, cfg.awq(), ctx.name)
+    stats = stats_on(checked_gram(W, stats, ctx, "awq+wanda"), stats)
+    state, info = awq.awq_state(W, stats, spec, cfg.awq(), ctx.name)
     keep = wanda.prune(awq.effective_weight(state), stats, sparse, wanda.WandaConfig(), ctx).keep_mask
-    return _finish(state, keep.to(W.device), info, "awq+wanda")
+    return _finish(state, keep, info, "awq+wanda")
 
 
 WANDA_AWQ = MethodSpec(
