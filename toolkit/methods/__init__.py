@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolkit.methods import fista, magnitude, sparsegpt, thanos, wanda
+from toolkit.methods import awp, awq, fista, gptq, magnitude, rtn, sparsegpt, thanos, two_stage, wanda
 from toolkit.methods.base import LinearStats, MethodSpec, PruneResult, SolveContext, Stat
 from toolkit.methods.registry import build_registry, lookup
 
@@ -13,6 +13,12 @@ METHODS: dict[str, MethodSpec] = build_registry(
         sparsegpt.SPEC,
         fista.SPEC,
         thanos.SPEC,
+        rtn.SPEC,
+        gptq.SPEC,
+        awq.SPEC,
+        awp.SPEC,
+        two_stage.WANDA_AWQ,
+        two_stage.AWQ_WANDA,
     )
 )
 

@@ -1,0 +1,190 @@
+"""AWP: activation-aware pruning and quantization by projected gradient descent.
+
+Liu, Koike-Akino, Wang, Mansour, Brand 2025, arXiv:2506.10205; implementation notes
+``papers/awp.md`` (ambiguities A1-A19).
+
+One linear, W (out, in), C = XXᵀ/N (in, in) (``stats.gram``). AWP solves (eq. 7)
+
+    min_{Θ ∈ 𝒞} f1(Θ) = ‖W C^½ − Θ C^½‖²_F,    ∇f1 = −2 (W − Θ) C          (eq. 8-9)
+
+with Algorithm 1 (iterative hard thresholding when 𝒞 is a sparsity set)::
+
+    Z^(t) = Θ^(t) + η (W − Θ^(t)) C,    Θ^(t+1) = Proj_𝒞(Z^(t))
+
+The mode follows from the run: ``target`` only → **prune**, ``ctx.quant`` only → **quantize**,
+both → **joint**. Defaults are the paper's (§4) or the notes' recommendation:
+
+=========== ============================ ============= ======================================
+mode        Θ^(0)                        η             iterations / projection
+=========== ============================ ============= ======================================
+prune       Wanda's solution (A12)       2/‖C‖_F       ≤ 200, Proj_row (k = in − ⌊p·in⌋ per row)
+quantize    RTN(W) on the run's grid     1.5/‖C‖_F     10, min-max grid recomputed from Z (A6)
+joint       W (A7)                       1.5/‖C‖_F     25 ramp (p·t/25) + 25 prune + 50 joint,
+                                                       Proj_INT(Proj_row(Z)), final mask (§1.8)
+=========== ============================ ============= ======================================
+
+Open choices, each an option: ``stop_rule`` (A5; ``auto`` = the paper's ‖∇f1‖_F/‖W‖_F < ``tol``
+in prune mode and fixed counts otherwise), ``keep_best`` (A18; off = Algorithm 1's last iterate),
+``grid_update`` (A6), ``joint_order`` (§1.5c), ``joint_init`` (A7), iteration counts, η scales,
+ramp lengths, the divergence bound and the event budget. n:m targets use the n:m projection
+(an extension; the paper evaluates per-row unstructured sparsity only).
+
+Result: ``weight`` is Θ; ``keep_mask`` is the last Proj_row mask (all True when quantizing only);
+``quant`` is the QuantState of the last projection, so ``weight == dequantize(quant)`` exactly. In
+joint mode pruned weights hold their group's zero-point code (dequantizes to exactly 0), so the
+export needs no separate mask; weights rounded to 0 on the grid stay in the keep-mask (sparsity is
+counted from the mask). Each step emits a SolverStep (``objective`` = ‖(W−Θ)C^½‖_F/‖WC^½‖_F;
+values: ``proj_dist`` ‖Z−Θ‖_F/‖W‖_F, ``change``, ``grad``, ``bits``, ``sparsity``, ``churn``),
+thinned to at most ``max_events`` per linear.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from toolkit.errors import ToolkitError
+from toolkit.methods import wanda
+from toolkit.methods.awp_projection import Iterate, Projector
+from toolkit.methods.awp_solver import STOP_RULES, Outcome, Quadratic, Schedule, run_pgd
+from toolkit.methods.base import (
+    SOLVER_DTYPE, LinearStats, MethodSpec, Produces, PruneResult, SolveContext, Stat, option,
+)
+from toolkit.methods.quant_base import all_kept, checked_gram, sparse_target, stats_on
+from toolkit.quant import dequantize, quantize
+from toolkit.sparsity import NM, Target, Unstructured
+from toolkit.spec import QuantSpec
+
+
+@dataclass(frozen=True)
+class AWPConfig:
+    """AWP options; defaults are the paper's settings or the notes' recommendations (module docstring)."""
+
+    prune_iters: int = option(200, "prune mode: maximum iterations (paper 200)")
+    quant_iters: int = option(10, "quantize mode: iterations (paper 10)")
+    ramp_iters: int = option(25, "joint: iterations ramping the pruned fraction from 0 to the target (paper 25)")
+    hold_iters: int = option(25, "joint: pruning-only iterations at the target after the ramp (paper 25)")
+    joint_iters: int = option(50, "joint: prune+quantize iterations after the hold (paper 50)")
+    prune_eta: float = option(2.0, "prune mode: η = prune_eta / ‖C‖_F (paper 2)")
+    quant_eta: float = option(1.5, "quantize mode: η = quant_eta / ‖C‖_F (paper 1.5)")
+    joint_eta: float = option(1.5, "joint: η = joint_eta / ‖C‖_F (paper 1.5)")
+    stop_rule: str = option("auto", "stop when the rule's value < tol; auto = full_grad when pruning, none "
+                            "otherwise (paper, notes A5)", choices=("auto", *STOP_RULES))
+    tol: float = option(1e-4, "threshold of the stop rule (paper 1e-4)")
+    keep_best: bool = option(False, "return the best feasible iterate instead of the last one (not in the paper; "
+                             "notes A18)")
+    grid_update: str = option("recompute", "quantization grid recomputed from Z every step, or frozen at the "
+                              "first grid (notes A6)", choices=("recompute", "frozen"))
+    joint_order: str = option("prune_first", "joint projection: Proj_INT(Proj_row(Z)) (paper's experiments) or "
+                              "Proj_row(Proj_INT(Z))", choices=("prune_first", "quant_first"))
+    joint_init: str = option("dense", "joint Θ0: W (notes A7) or Wanda's solution at the target",
+                             choices=("dense", "wanda"))
+    diverge: float = option(10.0, "declare divergence when ‖(W−Θ)C^½‖/‖WC^½‖ exceeds this (Θ = 0 gives 1)")
+    max_events: int = option(100, "at most this many SolverStep events per linear (0 = none)")
+
+    def __post_init__(self) -> None:
+        for name in ("prune_iters", "quant_iters", "ramp_iters", "hold_iters", "joint_iters", "max_events"):
+            if getattr(self, name) < 0:
+                raise ToolkitError(f"{name} must be ≥ 0, got {getattr(self, name)}")
+        for name in ("prune_eta", "quant_eta", "joint_eta", "diverge"):
+            if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
+                raise ToolkitError(f"{name} must be a positive number, got {getattr(self, name)}")
+        if not self.tol >= 0:
+            raise ToolkitError(f"tol must be ≥ 0, got {self.tol}")
+        for name in ("stop_rule", "grid_update", "joint_order", "joint_init"):
+            choices = type(self).__dataclass_fields__[name].metadata["choices"]
+            if getattr(self, name) not in choices:
+                raise ToolkitError(f"{name} must be one of {list(choices)}, got {getattr(self, name)!r}")
+
+
+def validate(shape: tuple[int, int], target: Target | None, spec: QuantSpec | None) -> str:
+    """The mode (``prune`` | ``quantize`` | ``joint``) for this target and grid, or a ToolkitError."""
+    if target is None and spec is None:
+        raise ToolkitError("awp needs a sparsity (--sparsity 50%) and/or a grid (--quant int4:g128)")
+    if target is not None:
+        sparse_target(shape, target, "awp")
+    return "quantize" if target is None else "prune" if spec is None else "joint"
+
+
+def _wanda_init(W: Tensor, stats: LinearStats, target: Unstructured | NM, ctx: SolveContext) -> Iterate:
+    """Θ0 = Wanda's solution: its per-row (or n:m) mask on W, no update (notes A12); ``stats`` on W's device."""
+    result = wanda.prune(W, stats, target, wanda.WandaConfig(), ctx)
+    return Iterate(result.weight.to(W.device, SOLVER_DTYPE), result.keep_mask.to(W.device))
+
+
+def _setup(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig, ctx: SolveContext
+           ) -> tuple[Iterate, Projector, int, float]:
+    """(Θ0, projector, iterations, η scale) of the mode chosen by ``target`` and ``ctx.quant``."""
+    spec = ctx.quant
+    frozen = cfg.grid_update == "frozen"
+    if target is None:
+        assert spec is not None
+        state = quantize(W, spec)
+        grid = (state.scales, state.zeros) if frozen else None
+        return (Iterate(dequantize(state), None, state), Projector(None, spec, frozen=frozen, grid=grid),
+                cfg.quant_iters, cfg.quant_eta)
+    assert isinstance(target, Unstructured | NM)
+    if spec is None:
+        return _wanda_init(W, stats, target, ctx), Projector(target, None), cfg.prune_iters, cfg.prune_eta
+    init = Iterate(W.clone(), None, None, feasible=False)
+    if cfg.joint_init == "wanda":
+        init = _wanda_init(W, stats, target, ctx)
+        init.feasible = False
+    projector = Projector(target, spec, ramp=cfg.ramp_iters, quant_from=cfg.ramp_iters + cfg.hold_iters + 1,
+                          order=cfg.joint_order, frozen=frozen)
+    return init, projector, cfg.ramp_iters + cfg.hold_iters + cfg.joint_iters, cfg.joint_eta
+
+
+def _schedule(cfg: AWPConfig, mode: str, iterations: int, eta: float) -> Schedule:
+    rule = cfg.stop_rule if cfg.stop_rule != "auto" else "full_grad" if mode == "prune" else "none"
+    every = math.ceil(iterations / cfg.max_events) if cfg.max_events > 0 and iterations > 0 else 0
+    return Schedule(iterations=iterations, eta=eta, stop_rule=rule, tol=cfg.tol, keep_best=cfg.keep_best,
+                    diverge=cfg.diverge, emit_every=every if cfg.max_events > 0 else 0)
+
+
+def _info(mode: str, out: Outcome, eta: float, schedule: Schedule) -> dict:
+    """Plain-data summary of the run (SublayerPruned.info)."""
+    def plain(value: float) -> float | None:
+        return value if math.isfinite(value) else None
+
+    return {"mode": mode, "iterations": out.iterations, "stop": out.stop, "stop_rule": schedule.stop_rule,
+            "stop_value": plain(out.stop_value), "eta": eta, "objective_init": plain(out.objective_init),
+            "objective": plain(out.objective), "returned": out.returned, "best_step": out.best_step}
+
+
+def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig, ctx: SolveContext) -> PruneResult:
+    """AWP on one linear: W (out, in) float32 → Θ, its keep-mask and (when quantizing) its QuantState.
+
+    Needs ``stats.gram``. Does not modify W. Raises ToolkitError for a structured target, an n:m
+    width mismatch or neither target nor grid; NumericalError for non-finite statistics. Warns
+    (RunWarning) and returns the best iterate when the iteration diverges, and returns Θ0 when
+    C = 0 (every input of the linear is zero).
+    """
+    mode = validate((W.shape[0], W.shape[1]), target, ctx.quant)
+    W = W.to(SOLVER_DTYPE)
+    C = checked_gram(W, stats, ctx, "awp")
+    init, projector, iterations, eta_scale = _setup(W, stats_on(C, stats), target, cfg, ctx)
+    c_norm = float(torch.linalg.norm(C))
+    if not c_norm > 0:
+        ctx.warn("awp: C = 0 (every input of this linear is zero); returning the initial point")
+        iterations = 0
+    eta = eta_scale / c_norm if c_norm > 0 else 0.0
+    schedule = _schedule(cfg, mode, iterations, eta)
+    out = run_pgd(Quadratic.build(W, C), init, projector, schedule, ctx)
+    it = out.iterate
+    keep = it.keep if it.keep is not None else all_kept(W)
+    return PruneResult(weight=it.theta, keep_mask=keep, info=_info(mode, out, eta, schedule), quant=it.state)
+
+
+SPEC = MethodSpec(
+    name="awp",
+    fn=prune,
+    config=AWPConfig,
+    needs=frozenset({Stat.GRAM}),
+    targets=(Unstructured, NM),
+    summary="projected gradient descent on ‖(W−Θ)C^½‖²: prune, quantize or both (AWP)",
+    produces=frozenset({Produces.MASK, Produces.QUANT}),
+)

@@ -1,0 +1,159 @@
+"""The projections Proj_𝒞 of AWP (Liu et al. 2025, §3; implementation notes §1.5, §1.8, A6-A7).
+
+Weights are (out, in): rows are outputs, columns inputs. Every projection returns an
+:class:`Iterate` ``(theta, keep, state)``: the projected weight Θ, the keep-mask of the sparsity
+projection (None when nothing is pruned) and the quantization state behind Θ (None when nothing is
+quantized; then Θ = dequantize(state) exactly).
+
+- ``Proj_row`` (eq. 5): in every row keep the k = in − ⌊p·in⌋ largest |Z| (Wanda's count, A11);
+  n:m keeps the n largest |Z| of every m consecutive inputs of a row (an extension, not in the
+  paper).
+- ``Proj_INTb``: round-to-nearest on the asymmetric (or symmetric) min-max grid of
+  :mod:`toolkit.quant`, recomputed from the projected matrix at every call (A6), or frozen at the
+  first grid the projector computed (``frozen=True``).
+- joint (§1.5c): ``prune_first`` = Proj_INT(Proj_row(Z)) (the paper's experiments: the grid is the
+  min-max of the pruned matrix, zeros included), ``quant_first`` = Proj_row(Proj_INT(Z)) (the
+  paper's other option: the grid of Z, then pruning). Either way pruned weights get the group's
+  zero-point code, which dequantizes to exactly 0 (the integer zero point z lies in [0, qmax], so
+  (z − z)·s = 0 on every grid).
+- sparsity ramp (§1.8, A7): at step t ≤ ``ramp`` the sparsity projection uses the unstructured
+  per-row fraction p·t/ramp (p the target's fraction, n:m included: an n:m pattern has no partial
+  version), then the target itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from toolkit.quant import QuantState, codes_on_grid, dequantize, group_width, quantize
+from toolkit.sparsity import NM, Unstructured, keep_nm, keep_topk_per_row
+from toolkit.spec import QuantSpec
+
+SparseTarget = Unstructured | NM
+
+
+@dataclass
+class Iterate:
+    """One AWP iterate: Θ (out, in) float32, its keep-mask and its quantization state."""
+
+    theta: Tensor
+    keep: Tensor | None = None
+    state: QuantState | None = None
+    feasible: bool = True  # Θ lies in the final constraint set (false during the joint ramp/hold)
+
+
+def keep_largest_per_row(scores: Tensor, prune: int) -> Tensor:
+    """:func:`~toolkit.sparsity.keep_topk_per_row` (same mask), with a fast path when no row has ties at
+    its threshold: then the ``prune`` entries ≤ the ``prune``-th smallest are exactly the ones dropped."""
+    if prune <= 0 or prune >= scores.shape[1]:
+        return keep_topk_per_row(scores, prune)
+    threshold = torch.kthvalue(scores, prune, dim=1, keepdim=True).values
+    keep = scores > threshold
+    if bool((keep.sum(1) == scores.shape[1] - prune).all()):
+        return keep
+    return keep_topk_per_row(scores, prune)
+
+
+def project_sparse(Z: Tensor, target: SparseTarget) -> tuple[Tensor, Tensor]:
+    """Proj_row: (Z ⊙ keep, keep) keeping the largest |Z| per row (unstructured) or per m-group (n:m)."""
+    scores = Z.abs()
+    if isinstance(target, NM):
+        keep = keep_nm(scores, target)
+    else:
+        keep = keep_largest_per_row(scores, int(Z.shape[1] * target.sparsity))
+    return Z * keep, keep
+
+
+def zero_point_codes(state: QuantState) -> Tensor:
+    """(out, in) uint8: every weight's group zero point, the code that dequantizes to exactly 0."""
+    columns = state.codes.shape[1]
+    width = group_width(state.spec, columns)
+    return state.zeros.repeat_interleave(width, dim=1)[:, :columns].round().to(torch.uint8)
+
+
+def mask_state(state: QuantState, keep: Tensor) -> QuantState:
+    """The state with the codes of pruned weights (keep False) set to the zero point (exact 0)."""
+    codes = torch.where(keep, state.codes, zero_point_codes(state))
+    return QuantState(codes, state.scales, state.zeros, state.spec)
+
+
+def ramp_target(target: SparseTarget, step: int, ramp: int) -> SparseTarget:
+    """The sparsity projected at ``step`` (1-based): fraction·step/ramp per row while step < ramp."""
+    if ramp <= 0 or step >= ramp:
+        return target
+    return Unstructured(target.fraction * step / ramp)
+
+
+@dataclass
+class Projector:
+    """Proj_𝒞 for one AWP run: sparsity ``target`` and/or grid ``spec``, with the joint schedule.
+
+    ``ramp``: steps over which the pruned fraction grows from 0 (joint); ``quant_from``: the first
+    step whose projection quantizes (joint: ramp + hold + 1; 1 otherwise). Calling it with ``step``
+    (1-based) returns the projected iterate; :meth:`finalize` maps any iterate into the final set.
+    """
+
+    target: SparseTarget | None
+    spec: QuantSpec | None
+    ramp: int = 0
+    quant_from: int = 1
+    order: str = "prune_first"
+    frozen: bool = False
+    grid: tuple[Tensor, Tensor] | None = None  # the frozen (scales, zeros), set on first use
+
+    def quantize(self, Z: Tensor) -> QuantState:
+        """Proj_INT of Z: codes on the recomputed grid of Z, or on the frozen grid."""
+        assert self.spec is not None
+        if self.frozen and self.grid is not None:
+            scales, zeros = self.grid
+            return QuantState(codes_on_grid(Z, scales, zeros, self.spec), scales, zeros, self.spec)
+        state = quantize(Z, self.spec)
+        if self.frozen:
+            self.grid = (state.scales, state.zeros)
+        return state
+
+    def joint(self, Z: Tensor, target: SparseTarget) -> Iterate:
+        """Proj_INT(Proj_row(Z)) or Proj_row(Proj_INT(Z)); pruned codes set to the zero point."""
+        if self.order == "prune_first":
+            P, keep = project_sparse(Z, target)
+            state = mask_state(self.quantize(P), keep)
+        else:
+            state = self.quantize(Z)
+            _, keep = project_sparse(dequantize(state), target)
+            state = mask_state(state, keep)
+        return Iterate(dequantize(state), keep, state)
+
+    def __call__(self, Z: Tensor, step: int) -> Iterate:
+        """Θ^(step) = Proj_𝒞(Z^(step−1)) under the schedule."""
+        quantizes = self.spec is not None and step >= self.quant_from
+        if self.target is None:
+            state = self.quantize(Z)
+            return Iterate(dequantize(state), None, state)
+        target = ramp_target(self.target, step, self.ramp)
+        if quantizes:
+            return self.joint(Z, target)
+        P, keep = project_sparse(Z, target)
+        return Iterate(P, keep, None, feasible=self.spec is None and target == self.target)
+
+    def finalize(self, iterate: Iterate) -> Iterate:
+        """Map an iterate into the final constraint set.
+
+        An infeasible one is projected with the full target (and grid); a feasible one gets its mask
+        re-applied to Θ and the codes (§1.8).
+        """
+        if not iterate.feasible:
+            if self.target is None:
+                state = self.quantize(iterate.theta)
+                return Iterate(dequantize(state), None, state)
+            if self.spec is not None:
+                return self.joint(iterate.theta, self.target)
+            P, keep = project_sparse(iterate.theta, self.target)
+            return Iterate(P, keep, None)
+        if iterate.keep is None:
+            return iterate
+        state = None if iterate.state is None else mask_state(iterate.state, iterate.keep)
+        theta = iterate.theta * iterate.keep if state is None else dequantize(state)
+        return Iterate(theta, iterate.keep, state)

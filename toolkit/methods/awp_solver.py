@@ -1,0 +1,193 @@
+"""The projected-gradient loop of AWP (Algorithm 1 of Liu et al. 2025) in Gram form.
+
+With C = XXᵀ/N (in, in) and the residual G = (W − Θ)C (= −½∇f1, eq. 9)::
+
+    Z^(t)   = Θ^(t) + η (W − Θ^(t)) C
+    Θ^(t+1) = Proj_𝒞(Z^(t))
+
+The objective reported at every step is the scale-free relative output error
+‖(W − Θ)C^½‖_F / ‖W C^½‖_F = √(⟨G, W − Θ⟩ / ⟨WC, W⟩) (the same quantity as the engine's
+``rel_error``; notes A19). C^½ is never formed. Per step the cost is one (out, in) × (in, in) matmul.
+
+Stop rules (notes A5): ``full_grad`` ‖2G‖_F/‖W‖_F < tol (the paper's wording, C normalised by the
+token count as here), ``masked_grad`` the same restricted to the kept weights, ``rel_change``
+‖Θ^(t+1) − Θ^(t)‖_F/‖W‖_F < tol, ``none``. Divergence (a non-finite objective or one above
+``diverge``) stops the loop with a warning and returns the best feasible iterate seen (or the last
+finite one, projected into the constraint set): never a silent NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from toolkit.events import SolverStep
+from toolkit.methods.awp_projection import Iterate, Projector
+from toolkit.methods.base import SolveContext
+
+STOP_RULES = ("none", "full_grad", "masked_grad", "rel_change")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How long and how the loop runs (see the module docstring)."""
+
+    iterations: int
+    eta: float
+    stop_rule: str = "none"
+    tol: float = 1e-4
+    keep_best: bool = False
+    diverge: float = 10.0
+    emit_every: int = 1
+
+
+@dataclass
+class Outcome:
+    """The returned iterate, its objective and why the loop stopped."""
+
+    iterate: Iterate
+    objective: float
+    objective_init: float
+    iterations: int
+    stop: str  # max_iter | tol | diverged
+    stop_value: float
+    returned: str  # last | best | fallback
+    best_step: int
+
+
+@dataclass(frozen=True)
+class Quadratic:
+    """f(Θ) = ‖(W − Θ)C^½‖²_F in Gram form, with ‖W C^½‖²_F and ‖W‖_F for the relative numbers."""
+
+    W: Tensor  # (out, in)
+    C: Tensor  # (in, in)
+    out_sq: float  # ⟨W C, W⟩
+    w_norm: float  # ‖W‖_F
+
+    @classmethod
+    def build(cls, W: Tensor, C: Tensor) -> Quadratic:
+        """The problem of one linear (W and C on the same device, float32)."""
+        out_sq = float(torch.sum((W @ C) * W, dtype=torch.float64))
+        return cls(W, C, out_sq, float(torch.linalg.norm(W)))
+
+    def residual(self, theta: Tensor) -> Tensor:
+        """G = (W − Θ) C, shape (out, in)."""
+        return (self.W - theta) @ self.C
+
+    def relative_error(self, theta: Tensor, G: Tensor) -> float:
+        """‖(W − Θ)C^½‖_F / ‖W C^½‖_F (the error itself when the dense output is zero)."""
+        sq = float(torch.dot(G.reshape(-1), (self.W - theta).reshape(-1)))
+        if not math.isfinite(sq):
+            return math.inf
+        sq = max(sq, 0.0)
+        return math.sqrt(sq / self.out_sq) if self.out_sq > 0 else math.sqrt(sq)
+
+    def ratio(self, value: float) -> float:
+        """Return value / ‖W‖_F (value itself for an all-zero W)."""
+        return value / self.w_norm if self.w_norm > 0 else value
+
+
+def _grad_ratio(q: Quadratic, G: Tensor, it: Iterate, masked: bool) -> float:
+    """‖2G‖_F/‖W‖_F, over the kept weights only when ``masked``."""
+    if masked and it.keep is not None:
+        G = G * it.keep
+    return q.ratio(2.0 * float(torch.linalg.norm(G)))
+
+
+def _values(q: Quadratic, prev: Iterate, new: Iterate, Z: Tensor) -> dict[str, float]:
+    """Per-step trace values: projection distance, step size, sparsity, mask churn, bits, Fig. 1 loss."""
+    values = {
+        "proj_dist": q.ratio(float(torch.linalg.norm(Z - new.theta))),
+        "change": q.ratio(float(torch.linalg.norm(new.theta - prev.theta))),
+        "bits": float(new.state.spec.bits) if new.state is not None else 32.0,
+    }
+    if new.keep is not None:
+        values["sparsity"] = 1.0 - int(new.keep.sum()) / new.keep.numel()
+        if prev.keep is not None:
+            values["churn"] = int((new.keep != prev.keep).sum()) / new.keep.numel()
+    return values
+
+
+def _emitter(ctx: SolveContext) -> Callable[[int, float, dict[str, float]], None]:
+    """A callback sending one SolverStep (solver ``awp``) for this linear."""
+
+    def emit(step: int, objective: float, values: dict[str, float]) -> None:
+        ctx.emit(SolverStep(layer=ctx.layer, name=ctx.name, solver="awp", step=step,
+                            objective=objective, values=values))
+
+    return emit
+
+
+@dataclass
+class _Best:
+    iterate: Iterate | None = None
+    objective: float = math.inf
+    step: int = -1
+
+    def offer(self, it: Iterate, objective: float, step: int) -> None:
+        if it.feasible and objective < self.objective:
+            self.iterate, self.objective, self.step = it, objective, step
+
+
+def run_pgd(q: Quadratic, init: Iterate, project: Projector, schedule: Schedule, ctx: SolveContext) -> Outcome:
+    """Algorithm 1 from ``init`` with ``project(Z, t)``; the returned iterate is ``project.finalize``d.
+
+    Emits a SolverStep at step 0, every ``schedule.emit_every`` steps and at the last step.
+    """
+    emit = _emitter(ctx) if schedule.emit_every > 0 else lambda step, objective, values: None
+    it, G = init, q.residual(init.theta)
+    objective = objective_init = q.relative_error(it.theta, G)
+    best, stop, stop_value, steps, emitted = _Best(), "max_iter", math.nan, 0, 0
+    best.offer(it, objective, 0)
+    emit(0, objective, {"grad": _grad_ratio(q, G, it, False)})
+    for t in range(1, schedule.iterations + 1):
+        ctx.check_cancel()
+        if schedule.stop_rule in ("full_grad", "masked_grad"):
+            stop_value = _grad_ratio(q, G, it, schedule.stop_rule == "masked_grad")
+            if stop_value < schedule.tol:
+                stop = "tol"
+                break
+        Z = it.theta + schedule.eta * G
+        new = project(Z, t)
+        G_new = q.residual(new.theta)
+        objective_new = q.relative_error(new.theta, G_new)
+        if not math.isfinite(objective_new) or objective_new > schedule.diverge:
+            ctx.warn(f"awp diverged at step {t} (relative error {objective_new:.3g}); returning the best "
+                     "iterate so far: lower the eta scale")
+            stop, stop_value = "diverged", objective_new
+            break
+        due = schedule.emit_every > 0 and t % schedule.emit_every == 0
+        values = _values(q, it, new, Z) if due else {}
+        change = q.ratio(float(torch.linalg.norm(new.theta - it.theta))) if schedule.stop_rule == "rel_change" else 0
+        it, G, objective, steps = new, G_new, objective_new, t
+        best.offer(it, objective, t)
+        if due:
+            emit(t, objective, values | {"grad": _grad_ratio(q, G, it, False)})
+            emitted = t
+        if schedule.stop_rule == "rel_change" and change < schedule.tol:
+            stop, stop_value = "tol", change
+            break
+    if steps != emitted:
+        emit(steps, objective, {"grad": _grad_ratio(q, G, it, False)})
+    out = Outcome(it, objective, objective_init, steps, stop, stop_value, "last", steps)
+    return _finish(q, out, best, project, schedule)
+
+
+def _finish(q: Quadratic, out: Outcome, best: _Best, project: Projector, schedule: Schedule) -> Outcome:
+    """Pick the last or the best feasible iterate (keep_best, divergence) and finalize it."""
+    last = out.iterate
+    use_best = out.stop == "diverged" or (schedule.keep_best and (best.objective < out.objective
+                                                                  or not last.feasible))
+    if use_best and best.iterate is not None:
+        out.iterate, out.objective, out.best_step = best.iterate, best.objective, best.step
+        out.returned = "best"
+    if out.stop == "diverged":
+        out.returned = "fallback"
+    final = project.finalize(out.iterate)
+    if final is not out.iterate:
+        out.iterate, out.objective = final, q.relative_error(final.theta, q.residual(final.theta))
+    return out
