@@ -20,6 +20,7 @@ from app import compare_tab, forms, run_tab, runs_tab, sweep_tab
 from app.jobs import SESSIONS, DeviceQueue, device_queue
 from app.run_tab import cancel_message, run_stream
 from toolkit.api import RunConfig, list_runs
+from toolkit.sparsity import NM, Structured
 
 ROOT = Path(__file__).resolve().parent.parent
 UI_FILES = [*sorted((ROOT / "app").glob("*.py")), *(ROOT / "toolkit" / f for f in (
@@ -61,10 +62,11 @@ def drain(stream: object) -> list[dict]:
 def test_form_to_config() -> None:
     config = forms.to_config(settings(method="sparsegpt", pattern="n:m", nm="2:4", options={"block_size": 64.0,
                                       "damp_frac": 0.01}, extra_options="# tuned\ndamp_frac = 0.05"), "runs")
-    assert config.sparsity == "2:4" and config.options == {"block_size": 64, "damp_frac": "0.05"}
+    assert config.sparsity == NM(2, 4) and config.options == {"block_size": 64, "damp_frac": "0.05"}
+    assert config.quant is None and config.unit is None and config.compression.label == "2:4"
     assert config.eval_windows == 2 and config.out_dir == "runs"
     structured = forms.to_config(settings(pattern="structured", percent=30), "runs")
-    assert structured.sparsity == "structured:30%"
+    assert structured.sparsity == Structured(0.3) and structured.compression.kind == "structured"
     assert forms.to_config(settings(model_path=" /some/dir ", protocol=forms.Protocol(evaluate=False)),
                            "r").model == "/some/dir"
     assert forms.pattern_labels("fista") == ["unstructured", "n:m"]

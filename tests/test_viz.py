@@ -98,10 +98,13 @@ def test_lambda_figure_panels() -> None:
 
 
 def test_sweep_figure_lines_nm_points_and_dense() -> None:
-    points = [{"method": "wanda", "sparsity": s, "achieved_sparsity": a, "ppl": p}
-              for s, a, p in (("50%", 0.5, 30.0), ("10%", 0.1, 21.0), ("2:4", 0.5, 40.0))]
-    points += [{"method": "magnitude", "sparsity": "50%", "achieved_sparsity": 0.5, "ppl": math.nan},
-               {"method": "magnitude", "sparsity": "structured:30%", "achieved_sparsity": 0.3, "ppl": 90.0}]
+    points = [{"method": "wanda", "sparsity": s, "pattern": k, "achieved_sparsity": a, "ppl": p}
+              for s, k, a, p in (("50%", "unstructured", 0.5, 30.0), ("10%", "unstructured", 0.1, 21.0),
+                                 ("2:4", "nm", 0.5, 40.0))]
+    points += [{"method": "magnitude", "sparsity": "50%", "pattern": "unstructured", "achieved_sparsity": 0.5,
+                "ppl": math.nan},
+               {"method": "magnitude", "sparsity": "structured:30%", "pattern": "structured", "achieved_sparsity": 0.3,
+                "ppl": 90.0}]
     fig = valid(viz.sweep_figure(points, dense_ppl=20.0))
     names = [t.name for t in fig.data]
     assert names == ["wanda", "wanda (n:m)", "magnitude (structured)", "dense (20.00)"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -22,16 +21,6 @@ from torch import Tensor, nn
 
 from toolkit.errors import NumericalError, RunCancelled
 from toolkit.memory import keep_freed_memory
-
-
-@dataclass(frozen=True)
-class EvalSpec:
-    """Evaluation protocol: dataset, split, window length, optional cap on the window count."""
-
-    dataset: str = "wiki"
-    split: str = "test"
-    seq_len: int = 512
-    max_windows: int | None = None
 
 
 def perplexity(
