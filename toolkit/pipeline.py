@@ -22,7 +22,7 @@ from toolkit.methods import MethodSpec, get_method
 from toolkit.models import LoadedModel, decoder_layers, load_model
 from toolkit.provenance import cached_dense_ppl, peak_rss_mb, store_dense_ppl, versions
 from toolkit.quant import QuantState
-from toolkit.runs import RunWriter, StoredQuant
+from toolkit.runs import SCHEMA, RunWriter, StoredQuant
 
 Progress = Callable[[str, int, int], None]
 BOS_FAMILIES = ("gemma", "gemma2", "gemma3", "gemma3_text")
@@ -196,6 +196,7 @@ def _result(config: Any, run: Prepared, result: EngineResult, accounting: Accoun
     engine.update(propagate=config.propagate or run.spec.propagate,
                   sequential=config.sequential or run.spec.sequential)
     return {
+        "schema": SCHEMA,
         "model": config.model,
         "method": run.spec.name,
         "options": dataclasses.asdict(run.method_cfg),
