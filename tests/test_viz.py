@@ -174,3 +174,12 @@ def test_long_solver_traces_are_thinned_for_cheap_redraws() -> None:
     assert trace.x[0] == 0 and trace.x[-1] == 49_999  # the whole range is still shown
     assert list(viz.thin(list(range(10)), limit=4)) == [0, 3, 6, 9]
     assert viz.thin([1, 2], limit=4) == [1, 2]
+
+
+def test_error_heatmap_hover_shows_bits_of_quantized_linears() -> None:
+    quantized = SublayerPruned(layer=0, name="q", shape=[2, 2], sparsity=0.0, rel_error=0.1, rel_error_dense=math.nan,
+                               damping=math.nan, seconds=0.0, bits=4.125)
+    pruned = SublayerPruned(layer=0, name="k", shape=[2, 2], sparsity=0.5, rel_error=0.2, rel_error_dense=math.nan,
+                            damping=math.nan, seconds=0.0)
+    (trace,) = valid(viz.error_heatmap([quantized, pruned], num_layers=1)).data
+    assert list(trace.text[0]) == ["sparsity 0.000 · 4.12 bits/weight", "sparsity 0.500"]

@@ -161,9 +161,8 @@ def error_heatmap(
     if not rows or not columns:
         return note_figure(title, "waiting for the first pruned linear", height, revision)
     values = _finite([v for row in matrix for v in row])
-    sparsity = {(e.layer, e.name): e.sparsity for e in pruned}
-    text = [[f"sparsity {_float(sparsity[(i, c)]):.3f}" if (i, c) in sparsity else "not yet" for c in columns]
-            for i in range(rows)]
+    cells = {(e.layer, e.name): _cell_text(e) for e in pruned}
+    text = [[cells.get((i, c), "not yet") for c in columns] for i in range(rows)]
     trace = {"type": "heatmap", "z": [gaps(row) for row in matrix], "x": short_names(columns),
              "y": list(range(rows)), "text": text, "colorscale": "Viridis", "zmin": 0.0,
              "zmax": max(values) if values else 1.0, "colorbar": {"title": {"text": "rel. error"}}, "xgap": 1,
@@ -174,6 +173,12 @@ def error_heatmap(
                          xaxis={"title": {"text": "linear"}},
                          annotations=[] if pruned else [note("waiting for the first pruned linear")])
     return figure([trace], layout)
+
+
+def _cell_text(event: SublayerPruned) -> str:
+    """Hover text of a heat-map cell: the sparsity (from the keep-mask) and, when quantized, the bits."""
+    bits = _float(getattr(event, "bits", math.nan))
+    return f"sparsity {_float(event.sparsity):.3f}" + (f" · {bits:.2f} bits/weight" if math.isfinite(bits) else "")
 
 
 def layer_error_figure(done: Sequence[LayerDone], *, num_layers: int = 0, revision: Any = None,
