@@ -2,22 +2,21 @@
 
 Chromium comes from Debian (``apt-get install chromium``), never from Playwright's downloader.
 
-:class:`Gate` is the test hook that makes the live-progress tests independent of how fast the machine
-is: a method that waits before every linear until the test lets it go, so the page is checked in a
-state the test chose (one linear done, two, three ...) instead of whatever a redraw happened to catch.
+The live-progress tests hold their runs with :class:`gate.Gate` (re-exported here) so the page is
+checked in a state the test chose, not in whatever a redraw happened to catch.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shutil
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from gate import Gate, registered  # noqa: F401 - re-exported for the browser tests
 
 # Records, from the moment of the click, every change of the run status and the heat-map title.
 WATCH_JS = """() => {
@@ -134,51 +133,6 @@ def wait_for_linears(page: Any, count: int, timeout: float = 120.0) -> str:
     raise AssertionError(f"the heat-map never counted {count} linears; last title: {title!r}")
 
 
-class Gate:
-    """A registered method (:data:`NAME`, FISTAPruner underneath) that waits before every linear until
-    :meth:`release` lets it go; while it waits it honours cancellation (the run's cancel token)."""
-
-    NAME = "gated"
-
-    def __init__(self, base: str = "fista") -> None:
-        from toolkit.methods import get_method
-
-        self._permits = threading.Semaphore(0)
-        spec = get_method(base)
-        self.spec = dataclasses.replace(spec, name=self.NAME, fn=self._gated(spec.fn),
-                                        summary=f"test hook: {base}, one linear per release")
-
-    def _gated(self, solve: Callable[..., Any]) -> Callable[..., Any]:
-        def gated(W: Any, stats: Any, target: Any, cfg: Any, ctx: Any) -> Any:
-            while not self._permits.acquire(timeout=0.05):
-                ctx.check_cancel()
-            return solve(W, stats, target, cfg, ctx)
-
-        return gated
-
-    def release(self, linears: int = 1) -> None:
-        """Let ``linears`` more linears be solved."""
-        self._permits.release(linears)
-
-    def open(self) -> None:
-        """Let the run go to the end."""
-        self.release(100_000)
-
-    def close(self) -> None:
-        """Hold the next linear again (permits left over are dropped)."""
-        self._permits = threading.Semaphore(0)
-
-
-@contextmanager
-def registered(gate: Gate) -> Iterator[Gate]:
-    """``gate`` in the method registry (before the app is built, so the form offers it)."""
-    from toolkit.methods import METHODS
-
-    METHODS[gate.NAME] = gate.spec
-    try:
-        yield gate
-    finally:
-        del METHODS[gate.NAME]
 
 
 def first_cell_seconds(watch: list[list[Any]]) -> float | None:

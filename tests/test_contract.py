@@ -63,7 +63,8 @@ def test_quantized_linears_are_written_from_their_state_and_counted_from_masks()
     states: dict[tuple[int, str], QuantState] = {}
     events: list = []
     result = prune_layers(model, _windows(), RTN, Compression(quant=INT2), None, cfg=EngineConfig(batch_size=2),
-                          emit=events.append, on_quant=lambda layer, name, state: states.__setitem__((layer, name), state))
+                          emit=events.append,
+                          on_quant=lambda layer, name, state: states.__setitem__((layer, name), state))
     weights = _weights(model)
     assert set(states) == set(weights)
     for key, state in states.items():
@@ -104,9 +105,11 @@ def test_cancel_after_quantized_writes_restores_the_model() -> None:
 
 
 def test_a_quantizer_that_returns_no_state_is_refused() -> None:
-    no_state = dataclasses.replace(RTN, fn=lambda W, s, t, c, ctx: dataclasses.replace(_rtn(W, s, t, c, ctx), quant=None))
+    def forgetful(*args: object) -> PruneResult:
+        return dataclasses.replace(_rtn(*args), quant=None)
+
     with pytest.raises(ToolkitError, match="no quantization state"):
-        prune_layers(load_model("tiny-llama").model, _windows(), no_state, Compression(quant=INT2), None,
+        prune_layers(load_model("tiny-llama").model, _windows(), dataclasses.replace(RTN, fn=forgetful), Compression(quant=INT2), None,
                      cfg=EngineConfig(batch_size=2), emit=lambda e: None)
 
 

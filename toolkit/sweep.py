@@ -53,7 +53,9 @@ class SweepPoint:
         return dataclasses.asdict(self)
 
 
-def plan(base: RunConfig, methods: Sequence[str], sparsities: Sequence[str | Target]) -> tuple[list[RunConfig], list[str]]:
+def plan(
+    base: RunConfig, methods: Sequence[str], sparsities: Sequence[str | Target]
+) -> tuple[list[RunConfig], list[str]]:
     """Configs for every (method, sparsity) pair a method supports, and a note for each one skipped.
 
     ``sparsities`` are targets or the user's text (parsed once, here). Every config keeps the base's

@@ -102,8 +102,9 @@ class Dashboard:
         self._thread: threading.Thread | None = None
         self.run_button.on_click(lambda _: self.start())
         self.cancel_button.on_click(lambda _: self.cancel())
-        form = w.VBox([w.HBox([self.model, self.method, self.sparsity, self.quant]), w.HBox([self.options, self.nsamples,
-                       self.seqlen]), w.HBox([self.evaluate, self.eval_windows, self.run_button, self.cancel_button])])
+        form = w.VBox([w.HBox([self.model, self.method, self.sparsity, self.quant]),
+                       w.HBox([self.options, self.nsamples, self.seqlen]),
+                       w.HBox([self.evaluate, self.eval_windows, self.run_button, self.cancel_button])])
         self.widget = w.VBox([form, self.status, w.HBox([self.figures["heatmap"], self.figures["layers"]]),
                               w.HBox([self.figures["solver"], self.figures["lambda"]]), self.warnings, self.result])
 
