@@ -177,10 +177,12 @@ def _prune_in_parallel(run: RunState, layers: nn.ModuleList, inputs: LayerInputs
     lanes: dict[int, RunState] = {}
 
     def prune_one(lane: Lane, index: int, layer: nn.Module, layer_inputs: LayerInputs) -> None:
-        worker = lanes.setdefault(id(lane), dataclasses.replace(
-            run, device=lane.device, writeback=lane.writeback, cancelled=lane.cancelled, emit=lane.serial(run.emit),
-            on_mask=lane.serial(run.on_mask), on_quant=lane.serial(run.on_quant), result=EngineResult()))
-        _prune_layer(worker, index, len(layers), layer, layer_inputs, None)
+        if id(lane) not in lanes:  # a lane's layers run one after another on its own thread
+            lanes[id(lane)] = dataclasses.replace(
+                run, device=lane.device, writeback=lane.writeback, cancelled=lane.cancelled,
+                emit=lane.serial(run.emit), on_mask=lane.serial(run.on_mask), on_quant=lane.serial(run.on_quant),
+                result=EngineResult())
+        _prune_layer(lanes[id(lane)], index, len(layers), layer, layer_inputs, None)
 
     try:
         prune_in_parallel(layers, inputs, devices, prune_one=prune_one,
