@@ -24,7 +24,7 @@ def run_choices(runs_dir: str) -> list[tuple[str, str]]:
     for record in list_runs(runs_dir):
         config = record.config if isinstance(record.config, dict) else {}
         if record.status == "finished" and any((record.path / "masks").glob("*.npz")):
-            what = f"{config.get('method', '?')} {config.get('sparsity', '?')}"
+            what = f"{config.get('method', '?')} {record.label}"
             label = f"{config.get('model', '?')} · {what} · {record.run_id}"
             choices.append((label, record.run_id))
     return choices

@@ -2,7 +2,9 @@
 
 Everything here is a pure function of the form values (no Gradio), so the tests exercise the same
 validation the page uses. Every user mistake is a :class:`ToolkitError` whose message says what
-to change; the page shows it as a message, never a traceback.
+to change; the page shows it as a message, never a traceback. The form's choices become the
+typed compression spec here (:func:`sparsity_target`, :func:`quant_spec`, :func:`unit_choice`):
+the :class:`RunConfig` it builds holds objects, never text to be parsed again.
 """
 
 from __future__ import annotations
@@ -13,11 +15,17 @@ from typing import Any
 
 from toolkit.api import RunConfig, list_methods
 from toolkit.errors import ToolkitError
+from toolkit.sparsity import NM, Structured, Target, Unstructured, parse_sparsity
+from toolkit.spec import QuantSpec, Unit, parse_unit
 
 MODELS = ("smollm2-135m", "tiny-llama", "tiny-opt", "tiny-gpt2", "tiny-qwen2", "tiny-gemma3")
 CALIB_SOURCES = ("wiki", "wikitext2", "c4", "ptb")
-PATTERNS = {"unstructured": "unstructured", "nm": "n:m", "structured": "structured"}  # registry → label
+PATTERNS = {"unstructured": "unstructured", "nm": "n:m", "structured": "structured"}  # target kind → label
+NO_SPARSITY = "none"  # the pattern label of a quantize-only run (offered for methods that quantize)
 NM_CHOICES = ("2:4", "4:8", "1:4", "8:16")
+QUANT_BITS = {"int8": 8, "int4": 4, "int3": 3, "int2": 2}  # the quantization dropdown (beside "none")
+QUANT_CHOICES = ("none", *QUANT_BITS)
+GROUP_SIZES = (("128", 128), ("64", 64), ("32", 32), ("per row", 0))  # (label, inputs per scale)
 SWEEP_SPARSITIES = ("10%", "20%", "30%", "40%", "50%", "60%", "70%", "2:4", "4:8")
 # name → (nsamples, seqlen, eval seqlen, eval windows (0 = all))
 PRESETS = {
@@ -49,9 +57,12 @@ class RunSettings:
     model: str = "smollm2-135m"
     model_path: str = ""  # a hub id or local path; overrides ``model`` when given
     method: str = "wanda"
-    pattern: str = "unstructured"  # unstructured | n:m | structured
+    pattern: str = "unstructured"  # unstructured | n:m | structured | none
     percent: float = 50.0
     nm: str = "2:4"
+    quant: str = "none"  # none | int8 | int4 | int3 | int2
+    group_size: int = 128  # inputs per quantization scale; 0 = one group per row
+    unit: str = ""  # heads | channels | heads+channels for a block-scope method; "" = none
     options: dict[str, Any] = field(default_factory=dict)  # option inputs of the chosen method
     extra_options: str = ""  # key=value lines, override the inputs
     protocol: Protocol = field(default_factory=Protocol)
@@ -64,29 +75,74 @@ def method_table() -> dict[str, dict[str, Any]]:
     return {m["name"]: m for m in list_methods()}
 
 
+def quantizes(method: str) -> bool:
+    """True when ``method`` produces a quantization state (the form then offers the quant choice)."""
+    return "quant" in method_table().get(method, {}).get("produces", ())
+
+
+def units(method: str) -> list[str]:
+    """The structural units a block-scope ``method`` removes (empty for linear-scope methods)."""
+    return list(method_table().get(method, {}).get("units", ()))
+
+
 def pattern_labels(method: str) -> list[str]:
-    """The sparsity patterns ``method`` supports, as form labels."""
+    """The sparsity patterns ``method`` supports, as form labels (plus "none" when it quantizes)."""
     entry = method_table().get(method)
     if entry is None:
         return list(PATTERNS.values())
-    return [PATTERNS[p] for p in entry["patterns"] if p in PATTERNS]
+    labels = [PATTERNS[p] for p in entry["patterns"] if p in PATTERNS]
+    return labels + ([NO_SPARSITY] if quantizes(method) else [])
 
 
-def sparsity_text(pattern: str, percent: float, nm: str) -> str:
-    """"50%", "2:4" or "structured:30%" from the form's pattern, slider and n:m choice."""
-    if pattern == "n:m":
+def shows_percent(pattern: str) -> bool:
+    """Whether the sparsity slider applies to the pattern label (unstructured, structured)."""
+    return pattern in (PATTERNS["unstructured"], PATTERNS["structured"])
+
+
+def shows_nm(pattern: str) -> bool:
+    """Whether the n:m choice applies to the pattern label."""
+    return pattern == PATTERNS["nm"]
+
+
+def sparsity_target(pattern: str, percent: float, nm: str) -> Target | None:
+    """The target of the form's pattern, slider and n:m choice (None for the "none" pattern)."""
+    if pattern == NO_SPARSITY:
+        return None
+    if shows_nm(pattern):
         text = (nm or "").strip()
         if not text:
             raise ToolkitError("pick an n:m pattern such as 2:4")
-        return text
+        target = parse_sparsity(text)
+        if not isinstance(target, NM):
+            raise ToolkitError(f"{text!r} is not an n:m pattern: write e.g. 2:4")
+        return target
     try:
         value = float(percent)
     except (TypeError, ValueError):
         raise ToolkitError(f"sparsity must be a number of percent, got {percent!r}") from None
     if not math.isfinite(value) or not 0 <= value < 100:
         raise ToolkitError(f"sparsity {value}% is outside [0, 100): pick e.g. 50")
-    label = f"{value:g}%"
-    return f"structured:{label}" if pattern == "structured" else label
+    if pattern == PATTERNS["structured"]:
+        return Structured(value / 100.0)
+    if pattern != PATTERNS["unstructured"]:
+        raise ToolkitError(f"unknown sparsity pattern {pattern!r}: pick one of {', '.join(PATTERNS.values())}")
+    return Unstructured(value / 100.0)
+
+
+def quant_spec(quant: str, group_size: Any) -> QuantSpec | None:
+    """The quantization grid of the form's dropdowns (None for "none")."""
+    choice = (quant or "none").strip().lower()
+    if choice == "none":
+        return None
+    if choice not in QUANT_BITS:
+        raise ToolkitError(f"unknown quantization {quant!r}: pick one of {', '.join(QUANT_CHOICES)}")
+    return QuantSpec(bits=QUANT_BITS[choice], group_size=_int(group_size if group_size is not None else 128,
+                                                                 "group size", 0))
+
+
+def unit_choice(method: str, unit: str) -> Unit | None:
+    """The structural unit, only for a method that removes units (the dropdown is hidden otherwise)."""
+    return parse_unit(unit) if units(method) else None
 
 
 def parse_extra_options(text: str) -> dict[str, str]:
@@ -161,7 +217,9 @@ def to_config(settings: RunSettings, runs_dir: str) -> RunConfig:
     options.update(parse_extra_options(settings.extra_options))
     return RunConfig(
         model=model_name(settings.model, settings.model_path), method=settings.method,
-        sparsity=sparsity_text(settings.pattern, settings.percent, settings.nm), options=options,
+        sparsity=sparsity_target(settings.pattern, settings.percent, settings.nm),
+        quant=quant_spec(settings.quant, settings.group_size), unit=unit_choice(settings.method, settings.unit),
+        options=options,
         **protocol_fields(settings.protocol), eval_dense=bool(settings.eval_dense),
         out_dir=runs_dir, save_model=bool(settings.save_model),
     )

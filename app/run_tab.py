@@ -1,4 +1,4 @@
-"""The Run tab: pick model, method, options, sparsity and protocol; watch the run live.
+"""The Run tab: pick model, method, options, sparsity, quantization and protocol; watch the run live.
 
 :func:`run_stream` is the handler's logic as a plain generator of ``{output name: value}`` dicts
 (the tests drive it directly): validate the form, wait for the device (showing the queue
@@ -27,7 +27,6 @@ PERIOD = 0.25  # seconds between refreshes of the status line while a run stream
 FIGURE_PERIOD = 0.5  # a figure at most twice a second: a redraw costs the browser far more than text
 FIGURES_PER_TICK = 2  # and at most two figures a tick, the longest-waiting first, to keep the page responsive
 QUEUE_POLL = 0.5
-OUTPUTS = ("status", "heatmap", "layers", "solver", "lambda", "warnings", "result", "files", "notice", "run_id")
 
 
 def error_status(message: str) -> str:
@@ -171,17 +170,21 @@ def _method_controls(gr: Any, methods: dict[str, dict], chosen: str) -> tuple[di
 
 
 def _summary(entry: dict[str, Any]) -> str:
-    patterns = ", ".join(forms.PATTERNS[p] for p in entry["patterns"] if p in forms.PATTERNS)
-    return f"*{entry['summary']}* — patterns: {patterns}"
+    patterns = ", ".join(forms.PATTERNS[p] for p in entry["patterns"] if p in forms.PATTERNS) or "none"
+    produces = "quantizes" if "quant" in entry.get("produces", ()) else "prunes only (no quantization)"
+    units = f" — removes {', '.join(entry['units'])}" if entry.get("units") else ""
+    return f"*{entry['summary']}* — patterns: {patterns} — {produces}{units}"
 
 
 def _on_method(methods: dict[str, dict], groups: dict[str, Any], gr: Any) -> Callable[..., list[Any]]:
     def update(name: str, pattern: str) -> list[Any]:
-        labels = forms.pattern_labels(name)
+        labels = forms.pattern_labels(name) or [forms.NO_SPARSITY]
         keep = pattern if pattern in labels else labels[0]
         entry = methods.get(name)
+        units = forms.units(name)
         return [_summary(entry) if entry else "", gr.update(choices=labels, value=keep),
-                gr.update(visible=keep != "n:m"), gr.update(visible=keep == "n:m"),
+                gr.update(visible=forms.shows_percent(keep)), gr.update(visible=forms.shows_nm(keep)),
+                gr.update(visible=bool(units), choices=units, value=units[0] if units else None),
                 *[gr.update(visible=method == name) for method in groups]]
     return update
 
@@ -197,6 +200,9 @@ class RunForm:
     pattern: Any
     percent: Any
     nm: Any
+    quant: Any
+    group_size: Any
+    unit: Any
     groups: dict[str, Any]
     option_inputs: list[tuple[str, str, Any]]
     extra: Any
@@ -209,7 +215,8 @@ class RunForm:
     @property
     def inputs(self) -> set[Any]:
         """Every component the Run handler reads."""
-        return {self.model, self.model_path, self.method, self.pattern, self.percent, self.nm, self.extra,
+        return {self.model, self.model_path, self.method, self.pattern, self.percent, self.nm, self.quant,
+                self.group_size, self.unit, self.extra,
                 self.eval_dense, self.save_model, *self.protocol.components, *(box for _, _, box in self.option_inputs)}
 
     def read(self, data: dict[Any, Any]) -> forms.RunSettings:
@@ -217,7 +224,8 @@ class RunForm:
         name = data[self.method]
         return forms.RunSettings(
             model=data[self.model], model_path=data[self.model_path], method=name, pattern=data[self.pattern],
-            percent=data[self.percent], nm=data[self.nm], extra_options=data[self.extra],
+            percent=data[self.percent], nm=data[self.nm], quant=data[self.quant],
+            group_size=data[self.group_size], unit=data[self.unit] or "", extra_options=data[self.extra],
             protocol=self.protocol.read(data), eval_dense=bool(data[self.eval_dense]),
             save_model=bool(data[self.save_model]),
             options={option: data[box] for owner, option, box in self.option_inputs if owner == name})
@@ -236,6 +244,14 @@ def _form(gr: Any, default_model: str, methods: dict[str, dict]) -> RunForm:
     percent = gr.Slider(0, 95, value=50, step=1, label="Sparsity (%)", elem_id="run-percent")
     nm = gr.Dropdown(list(forms.NM_CHOICES), value="2:4", allow_custom_value=True, visible=False,
                      label="n:m (keep n of every m consecutive weights)", elem_id="run-nm")
+    with gr.Row():
+        quant = gr.Dropdown(list(forms.QUANT_CHOICES), value="none", label="Quantization (quantizing methods)",
+                            elem_id="run-quant")
+        group_size = gr.Dropdown(list(forms.GROUP_SIZES), value=128, label="Group size (inputs per scale)",
+                                 elem_id="run-group")
+    units = forms.units(chosen)
+    unit = gr.Dropdown(units, value=units[0] if units else None, visible=bool(units),
+                       label="Unit removed (block-scope methods)", elem_id="run-unit")
     with gr.Accordion("Method options", open=False):
         groups, option_inputs = _method_controls(gr, methods, chosen)
         extra = gr.Textbox(label="Extra options: key=value per line (override the fields)", lines=2,
@@ -247,8 +263,8 @@ def _form(gr: Any, default_model: str, methods: dict[str, dict]) -> RunForm:
     with gr.Row():
         run_button = gr.Button("Run", variant="primary", elem_id="run-button")
         cancel_button = gr.Button("Cancel", variant="stop", elem_id="cancel-button")
-    return RunForm(model, model_path, method, summary, pattern, percent, nm, groups, option_inputs, extra, protocol,
-                   eval_dense, save_model, run_button, cancel_button)
+    return RunForm(model, model_path, method, summary, pattern, percent, nm, quant, group_size, unit, groups,
+                   option_inputs, extra, protocol, eval_dense, save_model, run_button, cancel_button)
 
 
 def _outputs(gr: Any) -> dict[str, Any]:
@@ -299,8 +315,9 @@ def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[s
     form.cancel_button.click(cancel, inputs=None, outputs=outputs["status"], cancels=[run_event],
                              concurrency_limit=None, show_progress="hidden")
     form.method.change(_on_method(methods, form.groups, gr), inputs=[form.method, form.pattern],
-                       outputs=[form.summary, form.pattern, form.percent, form.nm, *form.groups.values()], queue=False)
-    form.pattern.change(lambda p: [gr.update(visible=p != "n:m"), gr.update(visible=p == "n:m")],
+                       outputs=[form.summary, form.pattern, form.percent, form.nm, form.unit, *form.groups.values()],
+                       queue=False)
+    form.pattern.change(lambda p: [gr.update(visible=forms.shows_percent(p)), gr.update(visible=forms.shows_nm(p))],
                         inputs=form.pattern, outputs=[form.percent, form.nm], queue=False)
     return outputs
 

@@ -17,7 +17,7 @@ from toolkit.live import fold, settle, trace_for, traced_linears
 from toolkit.runs import RunRecord
 
 log = logging.getLogger(__name__)
-COLUMNS = ("run", "model", "method", "options", "sparsity", "achieved", "ppl", "dense ppl", "prune s", "status")
+COLUMNS = ("run", "model", "method", "options", "compression", "achieved", "ppl", "dense ppl", "prune s", "status")
 
 
 def _number(value: Any, digits: int = 3) -> Any:
@@ -39,7 +39,7 @@ def row(record: RunRecord) -> list[Any]:
         options = config.get("options") or {}
         text = ", ".join(f"{k}={v}" for k, v in options.items()) if isinstance(options, dict) else str(options)
         return [record.run_id, str(config.get("model", "?")), str(config.get("method", "?")), text,
-                str(config.get("sparsity", "?")), _number(result.get("achieved_sparsity"), 4),
+                record.label, _number(result.get("achieved_sparsity"), 4),
                 _number(_first(result.get("ppl"))), _number(_first(result.get("dense_ppl"))),
                 _number(result.get("prune_seconds"), 1), record.status]
     except (TypeError, ValueError, AttributeError) as exc:

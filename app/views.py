@@ -72,7 +72,8 @@ def result_markdown(view: RunView) -> str:
     if view.status != "finished":
         return f"No result: the run {view.status} ({view.error})." if view.error else f"No result: {view.status}."
     lines = ["| | dense | pruned |", "|---|---|---|", *_ppl_rows(view),
-             f"| sparsity (achieved) | 0 | {_fmt(view.achieved_sparsity, '.2%')} |",
+             f"| sparsity (achieved, from the keep-masks) | 0 | {_fmt(view.achieved_sparsity, '.2%')} |",
+             *_accounting_rows(view),
              f"| prune time | | {format_seconds(view.prune_seconds)} |"]
     calibration = view.protocol.get("calibration") or {}
     if calibration:
@@ -80,6 +81,20 @@ def result_markdown(view: RunView) -> str:
                      f"{calibration.get('source')} (seed {calibration.get('seed')}) · device {view.device} · "
                      f"run `{view.run_id}`")
     return "\n".join(lines)
+
+
+def _accounting_rows(view: RunView) -> list[str]:
+    """Weights, bits per weight and bytes (none for runs recorded before the accounting existed)."""
+    before, after = view.params
+    if before is None:
+        return []
+    rows = [f"| linear weights (decoder layers) | {before:,} | {after:,} |",
+            f"| bits per weight (scales counted) | | {_fmt(view.bits_per_weight, '.3f')} |"]
+    if view.estimated_bytes is not None:
+        rows.append(f"| size, quantized linears packed (estimate) | | {view.estimated_bytes / 2**20:.2f} MiB |")
+    if view.checkpoint_bytes is not None:
+        rows.append(f"| saved checkpoint on disk | | {view.checkpoint_bytes / 2**20:.2f} MiB |")
+    return rows
 
 
 def warnings_text(view: RunView) -> str:
@@ -119,12 +134,17 @@ def render(view: RunView, now: float, sent: dict[str, int] | None = None,
 
 
 def downloads(run_dir: Path, *, include_model: bool) -> list[str]:
-    """Files to offer: result.json, masks.zip and (when saved) model.zip, copied to a temp folder."""
+    """Files to offer: result.json, masks.zip, quant.zip and structure.json (when the run has them) and
+    (when saved) model.zip, copied to a temp folder."""
     if not (run_dir / "result.json").exists():
         return []
     target = Path(tempfile.mkdtemp(prefix=f"prunelab-{run_dir.name}-"))
     files = [shutil.copy(run_dir / "result.json", target / f"{run_dir.name}-result.json")]
     files.append(_zip(run_dir / "masks", target / f"{run_dir.name}-masks.zip"))
+    if (run_dir / "quant").is_dir():
+        files.append(_zip(run_dir / "quant", target / f"{run_dir.name}-quant.zip"))
+    if (run_dir / "structure.json").exists():
+        files.append(shutil.copy(run_dir / "structure.json", target / f"{run_dir.name}-structure.json"))
     if include_model and (run_dir / "model").is_dir():
         files.append(_zip(run_dir / "model", target / f"{run_dir.name}-model.zip"))
     return [str(f) for f in files]

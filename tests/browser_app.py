@@ -1,16 +1,22 @@
 """Shared helpers for driving the dashboard in headless Chromium (tests and the screenshot script).
 
 Chromium comes from Debian (``apt-get install chromium``), never from Playwright's downloader.
+
+The live-progress tests hold their runs with :class:`gate.Gate` (re-exported here) so the page is
+checked in a state the test chose, not in whatever a redraw happened to catch.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from gate import Gate, registered  # noqa: F401 - re-exported for the browser tests
 
 # Records, from the moment of the click, every change of the run status and the heat-map title.
 WATCH_JS = """() => {
@@ -106,7 +112,27 @@ def watch_run(page: Any) -> list[list[Any]]:
     ``[ms since the click, heat-map title, status text]``."""
     page.evaluate(WATCH_JS)
     wait_for_text(page, "#run-status", "✓ finished")
+    return recorded(page)
+
+
+def recorded(page: Any) -> list[list[Any]]:
+    """What :data:`WATCH_JS` recorded so far: ``[ms since the click, heat-map title, status text]``."""
     return list(page.evaluate("window._watch"))
+
+
+def wait_for_linears(page: Any, count: int, timeout: float = 120.0) -> str:
+    """Poll the heat-map title until it counts ``count`` pruned linears; return the title."""
+    deadline = time.monotonic() + timeout
+    title = ""
+    while time.monotonic() < deadline:
+        title = page.text_content("#run-heatmap .gtitle") or ""
+        found = re.search(r"(\d+) of \d+ linears", title)
+        if found and int(found.group(1)) == count:
+            return title
+        time.sleep(0.1)
+    raise AssertionError(f"the heat-map never counted {count} linears; last title: {title!r}")
+
+
 
 
 def first_cell_seconds(watch: list[list[Any]]) -> float | None:

@@ -14,12 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
+from gate import Gate
 from synthetic_runs import hand_edit, write_run
 
+import toolkit.methods as methods
 from app import compare_tab, forms, run_tab, runs_tab, sweep_tab
 from app.jobs import SESSIONS, DeviceQueue, device_queue
 from app.run_tab import cancel_message, run_stream
 from toolkit.api import RunConfig, list_runs
+from toolkit.sparsity import NM, Structured
 
 ROOT = Path(__file__).resolve().parent.parent
 UI_FILES = [*sorted((ROOT / "app").glob("*.py")), *(ROOT / "toolkit" / f for f in (
@@ -61,10 +64,11 @@ def drain(stream: object) -> list[dict]:
 def test_form_to_config() -> None:
     config = forms.to_config(settings(method="sparsegpt", pattern="n:m", nm="2:4", options={"block_size": 64.0,
                                       "damp_frac": 0.01}, extra_options="# tuned\ndamp_frac = 0.05"), "runs")
-    assert config.sparsity == "2:4" and config.options == {"block_size": 64, "damp_frac": "0.05"}
+    assert config.sparsity == NM(2, 4) and config.options == {"block_size": 64, "damp_frac": "0.05"}
+    assert config.quant is None and config.unit is None and config.compression.label == "2:4"
     assert config.eval_windows == 2 and config.out_dir == "runs"
     structured = forms.to_config(settings(pattern="structured", percent=30), "runs")
-    assert structured.sparsity == "structured:30%"
+    assert structured.sparsity == Structured(0.3) and structured.compression.kind == "structured"
     assert forms.to_config(settings(model_path=" /some/dir ", protocol=forms.Protocol(evaluate=False)),
                            "r").model == "/some/dir"
     assert forms.pattern_labels("fista") == ["unstructured", "n:m"]
@@ -88,20 +92,30 @@ def test_bad_form_input_is_a_message(tmp_path: Path, fields: dict, message: str)
 
 # -- runs on tiny-llama ---------------------------------------------------------------------------
 def test_run_streams_progress_then_result_and_downloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run_tab, "PERIOD", 0.01)  # a tiny-llama run can end within one 0.25 s tick
+    monkeypatch.setattr(run_tab, "PERIOD", 0.01)
     monkeypatch.setattr(run_tab, "FIGURE_PERIOD", 0.01)
+    gate = Gate(base="wanda")  # holds the run before its first linear until the stream showed it running
+    monkeypatch.setitem(methods.METHODS, gate.NAME, gate.spec)
+    safety = threading.Timer(60, gate.open)  # a stream that never shows "running" fails instead of hanging
+    safety.start()
     line = device_queue("cpu")
     blocker = line.join()
     assert line.try_start(blocker)  # someone else holds the device for half a second
     threading.Timer(0.6, line.leave, args=(blocker,)).start()
-    updates = drain(run_stream(settings(), runs_dir=str(tmp_path), session="s1"))
+    updates = []
+    for update in run_stream(settings(method=gate.NAME), runs_dir=str(tmp_path), session="s1"):
+        updates.append(update)
+        if "▶ running" in update.get("status", ""):
+            gate.open()
+    safety.cancel()
     statuses = [u["status"] for u in updates]
     assert "queued" in statuses[0] and "position 1" in statuses[0]
-    assert any("▶ running" in s for s in statuses)
+    assert any("▶ running" in s for s in statuses), statuses
     figures = [u["heatmap"] for u in updates if "heatmap" in u]
     assert any(len(f.data) and any(v is not None for row in f.data[0].z for v in row) for f in figures)
     final = updates[-1]
     assert "✓ finished" in final["status"] and "perplexity (wiki" in final["result"]
+    assert "bits per weight (scales counted) | | 32.000" in final["result"]
     names = sorted(Path(f).name.rsplit("-", 1)[-1] for f in final["files"])
     assert names == ["masks.zip", "result.json"] and all(Path(f).exists() for f in final["files"])
     (record,) = list_runs(tmp_path)

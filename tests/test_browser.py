@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from browser_app import (
-    browser, chromium_path, first_cell_seconds, first_running_seconds, open_page, pick, serve, set_extra_options,
-    status, wait_for_text, watch_run,
+    WATCH_JS, Gate, browser, chromium_path, first_cell_seconds, first_running_seconds, open_page, pick, recorded,
+    registered, serve, status, wait_for_linears, wait_for_text,
 )
 
 from toolkit.api import list_runs
@@ -31,9 +31,26 @@ def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def url(runs_dir: Path) -> Iterator[str]:
+def gate() -> Iterator[Gate]:
+    """The test hook that holds a run before each linear (registered before the app is built)."""
+    with registered(Gate()) as hook:
+        yield hook
+
+
+@pytest.fixture(scope="module")
+def url(runs_dir: Path, gate: Gate) -> Iterator[str]:
     with serve(str(runs_dir)) as address:
         yield address
+
+
+@pytest.fixture
+def held(gate: Gate) -> Iterator[Gate]:
+    """The gate closed at the start of a test and opened at its end (a failing test leaves no run hanging)."""
+    gate.close()
+    try:
+        yield gate
+    finally:
+        gate.open()
 
 
 @pytest.fixture(scope="module")
@@ -50,32 +67,45 @@ def test_build_app_returns_blocks(runs_dir: Path) -> None:
     assert isinstance(build_app(default_model="tiny-llama", runs_dir=str(runs_dir)), gr.Blocks)
 
 
-def test_run_shows_perplexity_traces_and_a_fast_first_plot(url: str, chromium: Any, runs_dir: Path) -> None:
+def test_run_shows_perplexity_traces_and_a_fast_first_plot(url: str, chromium: Any, runs_dir: Path, held: Gate) -> None:
     page = open_page(chromium, url)
-    pick(page, "run-method", "fista")  # FISTAPruner with its defaults: λ and solver traces
-    watch = watch_run(page)
+    pick(page, "run-method", Gate.NAME)  # FISTAPruner with its defaults: λ and solver traces
+    held.release(1)  # the first linear may go at once; the run then waits at the second
+    page.evaluate(WATCH_JS)
+    wait_for_linears(page, 1)  # the first cell is drawn while the run is held: live, whatever the speed
+    assert "▶ running" in status(page)
+    held.open()
+    wait_for_text(page, "#run-status", "✓ finished")
+    watch = recorded(page)
     result = page.inner_text("#run-result")
     assert re.search(r"perplexity \(wiki.*\|?\s*\d+\.\d{3}", result.replace("\n", " ")), result
+    assert "bits per weight" in result
     assert page.locator("#run-solver .scatterlayer .trace").count() >= 1
     assert page.locator("#run-lambda .scatterlayer .trace").count() >= 1
     first_cell, started = first_cell_seconds(watch), first_running_seconds(watch)
     report = {"click_to_first_heatmap_cell_s": first_cell, "click_to_run_started_s": started}
-    (runs_dir / "first_plot.json").write_text(json.dumps(report))
+    (runs_dir / "first_plot.json").write_text(json.dumps(report))  # measured, not asserted: it is the machine's
     print(f"\nclick → first heat-map cell {first_cell:.2f} s, click → run started {started:.2f} s")
-    assert first_cell is not None and first_cell <= 4.0  # target ≤ 2 s on an idle machine; CI is loaded
+    finished_at = next(when for when, _, text in watch if "✓ finished" in (text or ""))
+    assert first_cell is not None and first_cell * 1000 < finished_at  # drawn before the end, not only in it
 
 
-def test_progress_moves_while_a_run_is_going(url: str, chromium: Any) -> None:
+def test_progress_moves_while_a_run_is_going(url: str, chromium: Any, held: Gate) -> None:
     page = open_page(chromium, url)
-    pick(page, "run-method", "fista")
-    # The default run on tiny-llama can be over before the 0.5 s redraw shows progress on a fast machine;
-    # more outer rounds make it last seconds (about 3 s on an idle 2-core EPYC) wherever it runs.
-    set_extra_options(page, "max_rounds=60\npatience=60\neps=1e-12\ntrace_every=10")
-    watch = watch_run(page)
+    pick(page, "run-method", Gate.NAME)
+    page.evaluate(WATCH_JS)
+    for done in (1, 2, 3):  # one linear at a time: the page must show each partial state
+        held.release(1)
+        wait_for_linears(page, done)
+        wait_for_text(page, "#run-status", f"{done / 14:.0%} of linears")
+        assert "▶ running" in status(page) and "layer 1 of 2" in status(page)
+    held.open()
+    wait_for_text(page, "#run-status", "✓ finished")
+    watch = recorded(page)
     counts = {int(m.group(1)) for _, title, _ in watch if (m := re.search(r"(\d+) of 14 linears", title or ""))}
-    assert len(counts - {0, 14}) >= 1, f"the heat-map never showed a partial state: {sorted(counts)}"
+    assert {1, 2, 3} <= counts and 14 in counts, sorted(counts)
     running = [text for _, _, text in watch if "▶ running" in (text or "")]
-    assert any(re.search(r"layer [12] of 2", t) for t in running) and len(set(running)) >= 3, running
+    assert len(set(running)) >= 3, running
 
 
 def test_bad_input_is_a_message_and_the_app_keeps_serving(url: str, chromium: Any) -> None:
@@ -91,14 +121,12 @@ def test_bad_input_is_a_message_and_the_app_keeps_serving(url: str, chromium: An
     wait_for_text(page, "#run-status", "✓ finished")
 
 
-def test_cancel_marks_the_run_cancelled(url: str, chromium: Any, runs_dir: Path) -> None:
+def test_cancel_marks_the_run_cancelled(url: str, chromium: Any, runs_dir: Path, held: Gate) -> None:
     page = open_page(chromium, url)
-    pick(page, "run-method", "fista")
-    set_extra_options(page, "max_rounds=100000\npatience=100000\neps=1e-12")  # slow enough to cancel
+    pick(page, "run-method", Gate.NAME)  # held before its first linear until cancelled
     before = {r.run_id for r in list_runs(runs_dir)}
     page.click("#run-button")
     wait_for_text(page, "#run-status", "▶ running")
-    time.sleep(0.5)
     # a DOM click, as a user's: Playwright's synthetic pointer input can wait out its 30 s timeout for a
     # renderer starved by the solver on a 2-core machine
     page.evaluate("document.querySelector('#cancel-button').click()")

@@ -13,7 +13,8 @@ from toolkit.cli import main
 from toolkit.runs import list_runs, open_run
 
 RESULT_KEYS = {"model", "method", "options", "sparsity", "achieved_sparsity", "ppl", "dense_ppl", "prune_seconds",
-               "peak_rss_mb", "device", "protocol", "layers", "versions"}
+               "peak_rss_mb", "device", "protocol", "layers", "versions", "schema", "compression", "quant", "unit",
+               "accounting"}
 TINY = ["--model", "tiny-llama", "--nsamples", "4", "--seqlen", "64", "--eval-seqlen", "64", "--eval-windows", "3"]
 
 
@@ -25,6 +26,11 @@ def test_prune_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     result = json.loads((tmp_path / "r.json").read_text())
     assert RESULT_KEYS <= set(result)
     assert result["achieved_sparsity"] == pytest.approx(0.5)
+    assert result["schema"] == 2 and result["compression"]["kind"] == "nm" and result["quant"] is None
+    accounting = result["accounting"]
+    assert accounting["sparsity"] == pytest.approx(0.5) and accounting["bits_per_weight"] == 32.0
+    assert accounting["params_before"] == accounting["params_after"] == 2 * accounting["nonzeros_kept"]
+    assert accounting["checkpoint_bytes"] > accounting["estimated_bytes"] > 0
     assert result["options"]["block_size"] == 32
     assert result["protocol"]["calibration"] == {"source": "wiki", "split": "train", "nsamples": 4, "seqlen": 64,
                                                  "seed": 0, "tokens": 256}
@@ -32,7 +38,7 @@ def test_prune_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     assert set(result["ppl"]) == {"wiki"} and set(result["dense_ppl"]) == {"wiki"}
     assert len(result["layers"]) == 14 and all(r["sparsity"] == pytest.approx(0.5) for r in result["layers"])
     printed = capsys.readouterr().out
-    assert "pruned ppl (wiki)" in printed and "q_proj" in printed
+    assert "pruned ppl (wiki)" in printed and "q_proj" in printed and "32.000 bits/weight" in printed
     (record,) = list_runs(out)
     assert record.status == "finished" and record.result is not None
     kinds = [e.kind for e in record.events()]
@@ -56,6 +62,11 @@ def test_prune_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     (["--method", "sparsegpt", "--set", "block_size=big"], "must be int"),
     (["--method", "sparsegpt", "--set", "blocksize=3"], "no option"),
     (["--devices", "cpu,cpu"], "--propagate dense"),
+    # a spec the method cannot meet: refused before the model loads (there is no such model)
+    (["--quant", "int4", "--model", "no-such-model"], "wanda only prunes"),
+    (["--method", "magnitude", "--sparsity", "structured:30%", "--unit", "heads", "--model", "no-such-model"],
+     "magnitude cannot remove --unit heads; its units: none"),
+    (["--quant", "int5"], "use int2, int3, int4 or int8"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, argv: list[str], message: str) -> None:
     out = tmp_path / "runs"

@@ -98,10 +98,13 @@ def test_lambda_figure_panels() -> None:
 
 
 def test_sweep_figure_lines_nm_points_and_dense() -> None:
-    points = [{"method": "wanda", "sparsity": s, "achieved_sparsity": a, "ppl": p}
-              for s, a, p in (("50%", 0.5, 30.0), ("10%", 0.1, 21.0), ("2:4", 0.5, 40.0))]
-    points += [{"method": "magnitude", "sparsity": "50%", "achieved_sparsity": 0.5, "ppl": math.nan},
-               {"method": "magnitude", "sparsity": "structured:30%", "achieved_sparsity": 0.3, "ppl": 90.0}]
+    points = [{"method": "wanda", "sparsity": s, "pattern": k, "achieved_sparsity": a, "ppl": p}
+              for s, k, a, p in (("50%", "unstructured", 0.5, 30.0), ("10%", "unstructured", 0.1, 21.0),
+                                 ("2:4", "nm", 0.5, 40.0))]
+    points += [{"method": "magnitude", "sparsity": "50%", "pattern": "unstructured", "achieved_sparsity": 0.5,
+                "ppl": math.nan},
+               {"method": "magnitude", "sparsity": "structured:30%", "pattern": "structured", "achieved_sparsity": 0.3,
+                "ppl": 90.0}]
     fig = valid(viz.sweep_figure(points, dense_ppl=20.0))
     names = [t.name for t in fig.data]
     assert names == ["wanda", "wanda (n:m)", "magnitude (structured)", "dense (20.00)"]
@@ -171,3 +174,12 @@ def test_long_solver_traces_are_thinned_for_cheap_redraws() -> None:
     assert trace.x[0] == 0 and trace.x[-1] == 49_999  # the whole range is still shown
     assert list(viz.thin(list(range(10)), limit=4)) == [0, 3, 6, 9]
     assert viz.thin([1, 2], limit=4) == [1, 2]
+
+
+def test_error_heatmap_hover_shows_bits_of_quantized_linears() -> None:
+    quantized = SublayerPruned(layer=0, name="q", shape=[2, 2], sparsity=0.0, rel_error=0.1, rel_error_dense=math.nan,
+                               damping=math.nan, seconds=0.0, bits=4.125)
+    pruned = SublayerPruned(layer=0, name="k", shape=[2, 2], sparsity=0.5, rel_error=0.2, rel_error_dense=math.nan,
+                            damping=math.nan, seconds=0.0)
+    (trace,) = valid(viz.error_heatmap([quantized, pruned], num_layers=1)).data
+    assert list(trace.text[0]) == ["sparsity 0.000 · 4.12 bits/weight", "sparsity 0.500"]

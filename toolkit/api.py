@@ -1,6 +1,7 @@
 """The one public door (DESIGN.md): the CLI, the app and the widgets use only this module.
 
-- :class:`RunConfig`: everything a run needs, validated once.
+- :class:`RunConfig`: everything a run needs, validated once; its compression fields are parsed
+  objects (:mod:`toolkit.spec`), built from the user's text here, at the edge.
 - :func:`run`: an event generator (the engine runs in a worker thread so solver events arrive
   live); closing the generator cancels the run.
 - :func:`prune_model`: the same run, drained, with an ``on_event`` callback; returns the result.
@@ -18,10 +19,11 @@ from typing import Any
 
 from toolkit.engine_options import DEVICES_AUTO, FUSED
 from toolkit.errors import RunCancelled, ToolkitError
-from toolkit.events import Event, RunFailed
+from toolkit.events import Event
 from toolkit.methods import METHODS, get_method
-from toolkit.runs import RunRecord, find_finished, list_runs, open_run
-from toolkit.sparsity import NM, Structured, Unstructured, parse_sparsity
+from toolkit.runs import SCHEMA, find_finished, list_runs, open_run
+from toolkit.sparsity import Target, Unstructured
+from toolkit.spec import TARGET_KINDS, Compression, QuantSpec, Unit, parse_compression
 
 __all__ = [
     "CancelToken", "RunConfig", "evaluate_model", "find_finished", "list_methods", "list_runs", "open_run", "prune_model", "run",
@@ -30,11 +32,20 @@ __all__ = [
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One pruning run: model, method, target, calibration and evaluation protocol, engine options."""
+    """One run: model, method, compression, calibration and evaluation protocol, engine options.
+
+    ``sparsity``, ``quant`` and ``unit`` hold parsed objects (:class:`~toolkit.sparsity.Target`,
+    :class:`~toolkit.spec.QuantSpec`, :class:`~toolkit.spec.Unit`); the user's text (``"2:4"``,
+    ``"int4:g128"``, ``"heads"``) is accepted and parsed once here. ``sparsity=None`` with a
+    ``quant`` quantizes only. :attr:`compression` is the three as one spec. A spec the method cannot
+    meet is refused here, before any model loads.
+    """
 
     model: str = "smollm2-135m"
     method: str = "wanda"
-    sparsity: str = "50%"
+    sparsity: Target | None = Unstructured(0.5)
+    quant: QuantSpec | None = None  # e.g. "int4" or "int3:g64"; None = no quantization
+    unit: Unit | None = None  # structural unit of a block-scope method: heads | channels | heads+channels
     options: dict[str, Any] = field(default_factory=dict)  # the method's --set key=value
     calib: str = "wiki"
     nsamples: int = 32
@@ -56,10 +67,10 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         spec = get_method(self.method)
-        target = parse_sparsity(self.sparsity)
-        if not spec.supports(target):
-            kinds = ", ".join(_target_kinds(spec))
-            raise ToolkitError(f"{self.method} supports {kinds}, not {self.sparsity!r}")
+        compression = parse_compression(self.sparsity, self.quant, self.unit)
+        for name in ("sparsity", "quant", "unit"):  # frozen: store the parsed objects
+            object.__setattr__(self, name, getattr(compression, name))
+        spec.check(compression)
         spec.make_config(self.options)
         if self.nsamples < 1 or self.seqlen < 2 or self.eval_seqlen < 2:
             raise ToolkitError("nsamples must be ≥ 1 and seqlen, eval-seqlen ≥ 2")
@@ -71,15 +82,27 @@ class RunConfig:
         if self.eval_windows is not None and self.eval_windows < 1:
             raise ToolkitError("eval-windows must be ≥ 1 (leave it out for all windows)")
 
+    @property
+    def compression(self) -> Compression:
+        """Sparsity, quantization and unit as one spec."""
+        return Compression(self.sparsity, self.quant, self.unit)
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain-data form (config.json)."""
-        return dataclasses.asdict(self)
+        """Plain-data form (config.json, schema 2): the compression fields as their labels, plus
+        ``compression`` as data (label, kind, sparsity, quant, unit) and ``schema``."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data.update(sparsity=None if self.sparsity is None else str(self.sparsity),
+                    quant=None if self.quant is None else self.quant.label,
+                    unit=None if self.unit is None else self.unit.value,
+                    options=dict(self.options), compression=self.compression.to_dict(), schema=SCHEMA)
+        return data
 
     def reuse_key(self) -> dict[str, Any]:
-        """The fields that make two runs the same experiment (for sweep reuse)."""
+        """The fields that make two runs the same experiment (for sweep reuse; a schema-1 run, which
+        has no ``quant``/``unit``, matches when they are None)."""
         data = self.to_dict()
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
-                         "devices"):
+                         "devices", "compression", "schema"):
             data.pop(volatile)
         return data
 
@@ -100,16 +123,15 @@ class CancelToken:
         return self._event.is_set()
 
 
-def _target_kinds(spec: Any) -> list[str]:
-    names = {Unstructured: "unstructured (50%)", NM: "n:m (2:4)", Structured: "structured (structured:30%)"}
-    return [names[t] for t in spec.targets if t in names]
-
-
 def list_methods() -> list[dict[str, Any]]:
-    """Every registered method: name, summary, options (name/type/default/help/choices), patterns."""
+    """Every registered method: name, summary, options (name/type/default/help/choices), the sparsity
+    patterns it supports (``unstructured`` | ``nm`` | ``structured``), its scope (``linear`` |
+    ``block``), what it produces (``mask`` | ``quant`` | ``structure``), its structural units."""
     return [
         {"name": spec.name, "summary": spec.summary, "options": spec.describe_options(),
-         "patterns": [t.__name__.lower() for t in spec.targets],
+         "patterns": [TARGET_KINDS[t] for t in spec.targets if t in TARGET_KINDS],
+         "scope": spec.scope.value, "produces": sorted(p.value for p in spec.produces),
+         "units": [u.value for u in spec.units],
          "defaults": {"sequential": spec.sequential, "propagate": spec.propagate}}
         for spec in METHODS.values()
     ]
@@ -171,17 +193,6 @@ def run(config: RunConfig, cancel: CancelToken | None = None) -> Iterator[Event]
             if not ended:  # closed mid-run: cancel; after the last event the worker is only tidying up
                 token.cancel()
             thread.join()
-
-
-def replay(record: RunRecord) -> list[Event]:
-    """The events of a stored run, for re-drawing its plots."""
-    return record.events()
-
-
-def failed_event(exc: BaseException) -> RunFailed:
-    """The RunFailed event for an exception (one line, no traceback)."""
-    return RunFailed(error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
-                     cancelled=isinstance(exc, RunCancelled))
 
 
 def evaluate_model(

@@ -45,7 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prune", help="prune a model and evaluate it")
     p.add_argument("--model", default="smollm2-135m", help="smollm2-135m | tiny-llama | DIR | FILE.gguf | HF id")
     p.add_argument("--method", default="wanda", help="see `python -m toolkit methods`")
-    p.add_argument("--sparsity", default="50%", help="50%%, 0.5, 2:4, 4:8, structured:30%%")
+    p.add_argument("--sparsity", default=None,
+                   help="50%%, 0.5, 2:4, 4:8, structured:30%%, or none (default: 50%% unless --quant is given)")
+    p.add_argument("--quant", default=None, help="weight quantization: int8, int4, int3, int2, optionally with a "
+                   "group size (int4:g128, the default; g0 = one group per row) and :sym (quantizing methods only)")
+    p.add_argument("--unit", default=None, help="structural unit a block-scope method removes: heads | channels | "
+                   "heads+channels (needs --sparsity structured:P%%)")
     p.add_argument("--calib", default="wiki", help="wiki | wikitext2 | c4 | ptb | FILE.txt")
     p.add_argument("--nsamples", type=int, default=32)
     p.add_argument("--seqlen", type=int, default=512)
@@ -108,10 +113,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _prune(args: argparse.Namespace) -> int:
     from toolkit.api import RunConfig, prune_model
     from toolkit.cli_view import ProgressView, layer_table
+    from toolkit.spec import parse_compression
 
     eval_data = None if args.eval.lower() == "none" else args.eval
+    sparsity = args.sparsity if args.sparsity is not None or args.quant is not None else "50%"
+    compression = parse_compression(sparsity, args.quant, args.unit)  # parsed once, here at the edge
     config = RunConfig(
-        model=args.model, method=args.method, sparsity=args.sparsity, options=_parse_set(args.set),
+        model=args.model, method=args.method, sparsity=compression.sparsity, quant=compression.quant,
+        unit=compression.unit, options=_parse_set(args.set),
         calib=args.calib, nsamples=args.nsamples, seqlen=args.seqlen, seed=args.seed, eval_data=eval_data,
         eval_seqlen=args.eval_seqlen, eval_windows=_windows(args.eval_windows), eval_dense=args.eval_dense,
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
@@ -133,8 +142,13 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _summary(result: dict[str, Any]) -> None:
-    print(f"method {result['method']}  sparsity {result['sparsity']}  achieved {result['achieved_sparsity']:.4f}  "
-          f"prune {result['prune_seconds']:.1f} s  peak RSS {result['peak_rss_mb']:.0f} MiB  device {result['device']}")
+    print(f"method {result['method']}  compression {result['compression']['label']}  "
+          f"achieved sparsity {result['achieved_sparsity']:.4f}  prune {result['prune_seconds']:.1f} s  "
+          f"peak RSS {result['peak_rss_mb']:.0f} MiB  device {result['device']}")
+    acct = result["accounting"]
+    on_disk = f"  checkpoint {acct['checkpoint_bytes'] / 2**20:.2f} MiB on disk" if acct["checkpoint_bytes"] else ""
+    print(f"linear weights {acct['params_before']:,} → {acct['params_after']:,}  kept {acct['nonzeros_kept']:,}  "
+          f"{acct['bits_per_weight']:.3f} bits/weight  estimated {acct['estimated_bytes'] / 2**20:.2f} MiB{on_disk}")
     for name, value in result["dense_ppl"].items():
         print(f"dense  ppl ({name}): {value:.3f}")
     for name, value in result["ppl"].items():
@@ -161,7 +175,9 @@ def _methods(args: argparse.Namespace) -> int:
         return 0
     for method in methods:
         print(f"{method['name']:<10} {method['summary']}")
-        print(f"{'':<10} patterns: {', '.join(method['patterns'])}; engine defaults: "
+        units = f"; units: {', '.join(method['units'])}" if method["units"] else ""
+        print(f"{'':<10} scope {method['scope']}; produces {', '.join(method['produces'])}; "
+              f"patterns: {', '.join(method['patterns']) or 'none'}{units}; engine defaults: "
               f"sequential={method['defaults']['sequential']}, propagate={method['defaults']['propagate']}")
         for opt in method["options"]:
             choices = f" (one of {opt['choices']})" if opt["choices"] else ""
@@ -176,5 +192,5 @@ def _runs(args: argparse.Namespace) -> int:
         cfg, res = record.config, record.result or {}
         ppl = ", ".join(f"{k} {v:.2f}" for k, v in res.get("ppl", {}).items())
         print(f"{record.run_id:<48} {record.status:<11} {cfg.get('model', '?'):<14} {cfg.get('method', '?'):<10} "
-              f"{cfg.get('sparsity', '?'):<8} {ppl}")
+              f"{record.label:<8} {ppl}")
     return 0

@@ -50,9 +50,11 @@ class ProgressView:
 
 
 def layer_table(result: dict[str, Any]) -> str:
-    """Per decoder layer: the relative reconstruction error of every linear (columns) and sparsity."""
+    """Per decoder layer: the relative reconstruction error of every linear (columns), the sparsity
+    (from the keep-masks) and, when quantized, the mean bits per weight."""
     by_layer: dict[int, dict[str, float]] = defaultdict(dict)
     sparsity: dict[int, list[float]] = defaultdict(list)
+    bits: dict[int, list[float]] = defaultdict(list)
     names: list[str] = []
     for row in result["layers"]:
         short = row["name"].split(".")[-1]
@@ -60,9 +62,12 @@ def layer_table(result: dict[str, Any]) -> str:
             names.append(short)
         by_layer[row["layer"]][short] = row["rel_error"]
         sparsity[row["layer"]].append(row["sparsity"])
-    header = "layer " + " ".join(f"{n[:9]:>9}" for n in names) + "  sparsity"
+        if row.get("bits") is not None:
+            bits[row["layer"]].append(row["bits"])
+    header = "layer " + " ".join(f"{n[:9]:>9}" for n in names) + "  sparsity" + ("  bits" if bits else "")
     lines = ["relative reconstruction error ‖ΔW X‖/‖W X‖ per linear", header]
     for layer in sorted(by_layer):
         cells = " ".join(f"{by_layer[layer].get(n, float('nan')):>9.4f}" for n in names)
-        lines.append(f"{layer:>5} {cells}  {sum(sparsity[layer]) / len(sparsity[layer]):.4f}")
+        mean_bits = f"  {sum(bits[layer]) / len(bits[layer]):.3f}" if bits.get(layer) else ""
+        lines.append(f"{layer:>5} {cells}  {sum(sparsity[layer]) / len(sparsity[layer]):.4f}{mean_bits}")
     return "\n".join(lines)

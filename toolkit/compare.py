@@ -110,7 +110,7 @@ def overlap(a: np.ndarray, b: np.ndarray, m: int = 4) -> dict[str, float]:
 def run_label(record: RunRecord) -> str:
     """``wanda 50% · 20261122-191329-…-b393`` (short enough for a legend)."""
     config = record.config if isinstance(record.config, dict) else {}
-    return f"{config.get('method', '?')} {config.get('sparsity', '?')} · {record.run_id[-4:]}"
+    return f"{config.get('method', '?')} {record.label} · {record.run_id[-4:]}"
 
 
 def check_comparable(records: Sequence[RunRecord]) -> None:

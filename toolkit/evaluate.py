@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -36,16 +35,6 @@ log = logging.getLogger(__name__)
 
 LOGIT_CHUNK_BYTES = 64 * 2**20  # float32 logits scored at once (a 262k vocabulary: 64 positions)
 _CHECKED_POSITIONS = 8  # last positions of the first window compared with the model's own logits
-
-
-@dataclass(frozen=True)
-class EvalSpec:
-    """Evaluation protocol: dataset, split, window length, optional cap on the window count."""
-
-    dataset: str = "wiki"
-    split: str = "test"
-    seq_len: int = 512
-    max_windows: int | None = None
 
 
 def perplexity(

@@ -2,7 +2,8 @@
 
 Each kind is a frozen dataclass holding plain data (str, int, float, lists, dicts) and never a
 tensor. ``to_dict`` adds a ``"type"`` tag so a run's ``events.jsonl`` can be replayed with
-:func:`event_from_dict`. ``nan`` stands for "not measured" in float fields.
+:func:`event_from_dict`. ``nan`` stands for "not measured" in float fields, None in int fields.
+Fields added after schema 1 have defaults, so events written by older code still load.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class RunStarted(Event):
-    """A pruning run began; ``linears`` lists the qualified names of every linear to prune."""
+    """A pruning run began; ``linears`` lists the qualified names of every linear to prune.
+
+    ``sparsity`` is the compression's label (``50%``, ``2:4+int4:g128``); ``compression`` its plain
+    data (:meth:`toolkit.spec.Compression.to_dict`: label, kind, sparsity, quant, unit), empty in
+    schema-1 runs.
+    """
 
     kind: ClassVar[str] = "RunStarted"
     run_id: str
@@ -42,6 +48,7 @@ class RunStarted(Event):
     num_layers: int
     linears: list[str]
     device: str
+    compression: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +63,17 @@ class LayerStarted(Event):
 
 @dataclass(frozen=True, slots=True)
 class SublayerPruned(Event):
-    """One linear was pruned.
+    """One linear was pruned and/or quantized.
 
+    ``sparsity`` is the fraction of weights its keep-mask drops (never counted from exact zeros).
     ``rel_error`` is ‖Ŵx − Wx‖/‖Wx‖ over the calibration inputs the linear sees in the pruned
     model; ``rel_error_dense`` compares with the dense layer's own inputs when those were
     gathered (nan otherwise). ``damping`` is the final Hessian damping (nan if none).
+    ``bits`` is the storage bits per weight of its quantization grid, scales counted (nan when not
+    quantized); ``quant_rel_error`` = ‖(Ŵ − W)⊙M‖_F/‖W⊙M‖_F, the relative change of the kept
+    weights (the grid's rounding plus any update the solver made; nan when not quantized).
+    ``params_before``/``params_after``: weights of the linear before and after (equal for a
+    linear-scope method; None in schema-1 runs).
     """
 
     kind: ClassVar[str] = "SublayerPruned"
@@ -73,6 +86,10 @@ class SublayerPruned(Event):
     damping: float
     seconds: float
     info: dict[str, Any] = field(default_factory=dict)
+    bits: float = math.nan
+    quant_rel_error: float = math.nan
+    params_before: int | None = None
+    params_after: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,13 +173,26 @@ class RunWarning(Event):
 
 @dataclass(frozen=True, slots=True)
 class RunFinished(Event):
-    """The run completed; ``result`` is the run's result dict (the CLI's ``--json``)."""
+    """The run completed.
+
+    ``achieved_sparsity`` comes from the keep-masks; the accounting fields (see
+    :mod:`toolkit.accounting`; None/nan in schema-1 runs): decoder-layer linear weights before and
+    after (structural), weights kept by the masks, storage bits per weight of those linears (scales
+    counted, dense ones at their dtype), the model's estimated bytes when stored compressed, and
+    the bytes of the saved checkpoint on disk (None without ``--save-model``).
+    """
 
     kind: ClassVar[str] = "RunFinished"
     achieved_sparsity: float
     prune_seconds: float
     ppl: dict[str, float]
     dense_ppl: dict[str, float]
+    params_before: int | None = None
+    params_after: int | None = None
+    nonzeros_kept: int | None = None
+    bits_per_weight: float = math.nan
+    estimated_bytes: int | None = None
+    checkpoint_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ weights are put back before the next method, so methods are compared on identica
 seconds instead of the minutes a whole model takes on a CPU.
 
 A :class:`LayerResult` holds the run's events (replay them with :func:`toolkit.live.fold`), the
-keep-masks of the pruned linears and the perplexity. Nothing is written to the run store.
+keep-masks (and quantization states) of the pruned linears and the perplexity. Nothing is written
+to the run store. Every change goes through a :class:`~toolkit.writeback.WriteBack` journal that
+is undone afterwards, so a method that changes shapes is undone as well as one that writes weights.
 
 The one-layer scope is not (yet) part of :class:`toolkit.api.RunConfig`; this module drives
 :func:`toolkit.engine.prune_layers` directly, with the engine's own cancellation point as the stop.
@@ -15,7 +17,6 @@ The one-layer scope is not (yet) part of :class:`toolkit.api.RunConfig`; this mo
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,18 +33,22 @@ from toolkit.events import Event, LayerDone
 from toolkit.methods import get_method
 from toolkit.models import decoder_layers, load_model
 from toolkit.pipeline import bos_id
-from toolkit.sparsity import parse_sparsity
+from toolkit.quant import QuantState
+from toolkit.spec import parse_compression
+from toolkit.writeback import WriteBack
 
 
 @dataclass
 class LayerResult:
-    """What one method did to layers 0..upto: events, keep-masks ``{(layer, linear): (out, in) bool}``, ppl."""
+    """What one method did to layers 0..upto: events, keep-masks ``{(layer, linear): (out, in) bool}``,
+    quantization states of the quantized linears, ppl."""
 
     method: str
-    sparsity: str
+    sparsity: str  # the compression's label (``50%``, ``2:4+int4:g128``)
     options: dict[str, Any]
     events: list[Event] = field(default_factory=list)
     keep_masks: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
+    quant_states: dict[tuple[int, str], QuantState] = field(default_factory=dict)
     ppl: float = float("nan")
     seconds: float = 0.0
 
@@ -67,7 +72,7 @@ class LayerLab:
         self.calibration = calibration_windows(load_tokens("wiki", "train", self.loaded.codec), calib, bos)
         self.test = eval_windows(load_tokens("wiki", "test", self.loaded.codec), int(settings["eval_seqlen"]),
                                  settings["eval_windows"], bos)
-        self._dense = [copy.deepcopy(layer.state_dict()) for layer in self.layers[: upto + 1]]
+        self._journal = WriteBack()
         self.dense_ppl = perplexity(self.loaded.model, self.test, self.device)
 
     @property
@@ -75,11 +80,13 @@ class LayerLab:
         """Names of the linears of one decoder layer."""
         return [name for name, module in self.layers[0].named_modules() if isinstance(module, torch.nn.Linear)]
 
-    def prune(self, method: str, sparsity: str = "50%", options: dict[str, Any] | None = None) -> LayerResult:
-        """Prune layers 0..upto with ``method``; measure perplexity; restore the dense weights."""
-        spec, target = get_method(method), parse_sparsity(sparsity)
-        check_targets(self.loaded.model, spec, target)
-        result = LayerResult(method=method, sparsity=sparsity, options=dict(options or {}))
+    def prune(self, method: str, sparsity: str | None = "50%", options: dict[str, Any] | None = None, *,
+              quant: str | None = None, unit: str | None = None) -> LayerResult:
+        """Compress layers 0..upto with ``method`` (``sparsity``, ``quant``, ``unit`` as on the command
+        line); measure perplexity; restore the dense model."""
+        spec, compression = get_method(method), parse_compression(sparsity, quant, unit)
+        check_targets(self.loaded.model, spec, compression)
+        result = LayerResult(method=method, sparsity=compression.label, options=dict(options or {}))
         done = [False]
 
         def emit(event: Event) -> None:
@@ -90,14 +97,21 @@ class LayerLab:
         def on_mask(layer: int, name: str, keep: torch.Tensor) -> None:
             result.keep_masks[(layer, name)] = keep.numpy().astype(bool)
 
+        def on_quant(layer: int, name: str, state: QuantState) -> None:
+            result.quant_states[(layer, name)] = state
+
         start = time.perf_counter()
         try:
-            prune_layers(self.loaded.model, self.calibration, spec, target, spec.make_config(options or {}),
+            prune_layers(self.loaded.model, self.calibration, spec, compression, spec.make_config(options or {}),
                          cfg=EngineConfig(device=str(self.device), restore_on_failure=False), emit=emit,
-                         cancelled=lambda: done[0], on_mask=on_mask)
+                         cancelled=lambda: done[0], on_mask=on_mask, on_quant=on_quant, writeback=self._journal)
         except RunCancelled:
             if not done[0]:
+                self.restore()
                 raise
+        except BaseException:
+            self.restore()
+            raise
         try:
             result.seconds = time.perf_counter() - start
             result.ppl = perplexity(self.loaded.model, self.test, self.device)
@@ -106,6 +120,5 @@ class LayerLab:
         return result
 
     def restore(self) -> None:
-        """Put the dense weights of layers 0..upto back."""
-        for layer, state in zip(self.layers, self._dense, strict=False):
-            layer.load_state_dict(state)
+        """Undo every change of the last :meth:`prune` (weights, swapped modules, attributes)."""
+        self._journal.restore()

@@ -58,7 +58,8 @@ class RunView:
     model: str = ""
     model_label: str = ""
     method: str = ""
-    sparsity: str = ""
+    sparsity: str = ""  # the compression's label (``50%``, ``2:4+int4:g128``)
+    compression: dict[str, Any] = field(default_factory=dict)  # its plain data (empty for schema-1 runs)
     options: dict[str, Any] = field(default_factory=dict)
     protocol: dict[str, Any] = field(default_factory=dict)
     device: str = ""
@@ -71,11 +72,14 @@ class RunView:
     solver: Trace = field(default_factory=Trace)
     lambdas: Trace = field(default_factory=Trace)
     blocks: Trace = field(default_factory=Trace)
-    outliers: dict[str, int] = field(default_factory=dict)  # "layer · linear" -> outlier rows kept dense
     warnings: list[str] = field(default_factory=list)
     dense_ppl: dict[str, float] = field(default_factory=dict)
     ppl: dict[str, float] = field(default_factory=dict)
-    achieved_sparsity: float = math.nan
+    achieved_sparsity: float = math.nan  # from the keep-masks, never from exact zeros
+    bits_per_weight: float = math.nan  # storage bits of the decoder-layer linears (scales counted)
+    params: tuple[Any, Any] = (None, None)  # decoder-layer linear weights (before, after); None: not recorded
+    estimated_bytes: Any = None
+    checkpoint_bytes: Any = None
     prune_seconds: float = math.nan
     error: str = ""
     started_at: float = math.nan  # consumer clock at RunStarted
@@ -159,7 +163,8 @@ def _num(value: Any) -> float:
 
 def _on_started(view: RunView, event: RunStarted, now: float) -> None:
     fresh = RunView(status="running", run_id=event.run_id, model=event.model, method=event.method,
-                    sparsity=event.sparsity, options=dict(event.options), protocol=dict(event.protocol),
+                    sparsity=event.sparsity, compression=dict(event.compression or {}),
+                    options=dict(event.options), protocol=dict(event.protocol),
                     device=event.device, num_layers=int(event.num_layers), linears=list(event.linears),
                     started_at=now, events_seen=view.events_seen)
     fresh.model_label = str(fresh.protocol.get("model_label", event.model))
@@ -179,9 +184,6 @@ def _on_layer_started(view: RunView, event: LayerStarted, now: float) -> None:
 def _on_pruned(view: RunView, event: SublayerPruned, now: float) -> None:
     view.pruned.append(event)
     view.current_layer, view.current_linear = int(event.layer), event.name
-    rows = event.info.get("outlier_rows") if isinstance(event.info, dict) else None
-    if isinstance(rows, list) and rows:
-        view.outliers[f"{event.layer} · {event.name}"] = len(rows)
     view._bump("heatmap", "progress")
 
 
@@ -222,6 +224,9 @@ def _on_warning(view: RunView, event: RunWarning, now: float) -> None:
 def _on_finished(view: RunView, event: RunFinished, now: float) -> None:
     view.status = "finished"
     view.achieved_sparsity = _num(event.achieved_sparsity)
+    view.bits_per_weight = _num(event.bits_per_weight)
+    view.params = (event.params_before, event.params_after)
+    view.estimated_bytes, view.checkpoint_bytes = event.estimated_bytes, event.checkpoint_bytes
     view.prune_seconds = _num(event.prune_seconds)
     view.ppl.update({k: _num(v) for k, v in dict(event.ppl).items()})
     view.dense_ppl.update({k: _num(v) for k, v in dict(event.dense_ppl).items()})

@@ -233,8 +233,3 @@ def set_weight_(module: nn.Module, weight: Tensor) -> None:
     """Write an (out, in) weight back in the module's storage layout and dtype (in place)."""
     data = weight.t() if type(module).__name__ == "Conv1D" else weight
     module.weight.data.copy_(data.to(module.weight.dtype))
-
-
-def input_width(module: nn.Module) -> int:
-    """Number of inputs of a linear."""
-    return get_weight(module).shape[1]

@@ -7,19 +7,20 @@ device to make the next layer's inputs, and hands layer i with its inputs to the
 one worker thread per device prunes it there (statistics, solve, write-back, events). At most one
 layer is in flight per device, so memory holds at most (devices + 2) layers' inputs.
 
-Thread safety: events and masks go through one lock (the run store sees whole events in the order
-they happened); every worker keeps its own records and weight backups, merged in layer order at
-the end. A failure or cancellation in any worker stops the others at their next cancellation
-point, and every weight written so far is in the backups the engine restores.
+Thread safety: events and masks go through one lock (:attr:`Lane.serial`: the run store sees whole
+events in the order they happened); every worker (a :class:`Lane`) keeps its own weight journal,
+absorbed into the run's at the end, and the engine keeps each lane's records apart. A failure or
+cancellation in any worker stops the others at their next cancellation point, and every weight
+written so far is in the journal the engine restores.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,6 +29,8 @@ from torch import nn
 from toolkit.capture import LayerInputs
 from toolkit.engine_options import DEVICES_AUTO
 from toolkit.errors import RunCancelled, ToolkitError
+from toolkit.writeback import WriteBack
+
 
 def resolve_devices(spec: str, main: torch.device, propagate: str,
                     check: Callable[[str], torch.device]) -> list[torch.device]:
@@ -53,77 +56,103 @@ def resolve_devices(spec: str, main: torch.device, propagate: str,
     return devices
 
 
+@dataclass
+class Lane:
+    """What one worker thread gets: its device, its own weight journal (merged into the run's at
+    the end), a cancellation check that also fires when another worker failed, and ``serial``,
+    which wraps a sink (events, masks) so that calls from every lane happen one at a time."""
+
+    device: torch.device
+    writeback: WriteBack
+    cancelled: Callable[[], bool]
+    serial: Callable[[Callable[..., None]], Callable[..., None]]
+
+
 def prune_in_parallel(
-    run: Any,
     layers: nn.ModuleList,
     inputs: LayerInputs,
     devices: list[torch.device],
-    prune_one: Callable[[Any, int, nn.Module, LayerInputs], object],
+    *,
+    prune_one: Callable[[Lane, int, nn.Module, LayerInputs], object],
     dense_next: Callable[[nn.Module, LayerInputs], LayerInputs],
+    cancelled: Callable[[], bool],
+    writeback: WriteBack,
 ) -> None:
-    """Prune every layer of ``layers``, one worker thread per device.
+    """Prune every layer of ``layers``, one worker thread (a :class:`Lane`) per device.
 
-    ``run`` is the engine's run state (a dataclass with ``emit``, ``on_mask``, ``cancelled``,
-    ``device``, ``result`` and ``backup``); each worker gets a copy on its own device.
-    ``prune_one(worker_run, index, layer, inputs)`` prunes one layer in place (the layer and its
-    inputs already on the worker's device); ``dense_next(layer, inputs)`` returns the next layer's
-    inputs from the dense layer on the main device.
+    ``prune_one(lane, index, layer, inputs)`` prunes one layer in place (the layer and its inputs
+    already on the lane's device) and writes through ``lane.writeback``; ``dense_next(layer,
+    inputs)`` returns the next layer's inputs from the dense layer on the main device. Every lane's
+    journal is absorbed into ``writeback`` at the end, also on failure, so the caller can restore.
     """
     lock = threading.Lock()
     abort = threading.Event()
 
-    def locked(fn: Callable[..., None]) -> Callable[..., None]:
+    def serial(fn: Callable[..., None]) -> Callable[..., None]:
         def call(*args: Any) -> None:
             with lock:
                 fn(*args)
 
         return call
 
-    workers = [dataclasses.replace(run, device=device, result=type(run.result)(), backup=[], emit=locked(run.emit),
-                                   on_mask=locked(run.on_mask),
-                                   cancelled=lambda: abort.is_set() or run.cancelled())
-               for device in devices]
+    lanes = [Lane(device, WriteBack(enabled=writeback.enabled), lambda: abort.is_set() or cancelled(), serial)
+             for device in devices]
     free: queue.Queue[int] = queue.Queue()
     for slot in range(len(devices)):
         free.put(slot)
 
     def job(slot: int, index: int, layer: nn.Module, layer_inputs: LayerInputs) -> None:
-        worker = workers[slot]
-        home = next(layer.parameters()).device
+        lane = lanes[slot]
         try:
-            with torch.no_grad():
-                layer.to(worker.device)
-                try:
-                    prune_one(worker, index, layer, layer_inputs.to(worker.device))
-                finally:
-                    layer.to(home)
+            _on_device(layer, lane.device, lambda: prune_one(lane, index, layer, layer_inputs.to(lane.device)))
         except BaseException:
             abort.set()
             raise
         finally:
             free.put(slot)
 
-    futures: list[Future] = []
     try:
-        with ThreadPoolExecutor(max_workers=len(devices), thread_name_prefix="prune-layer") as pool:
-            for index, layer in enumerate(layers):
-                # the dense outputs first: once handed over, the worker writes pruned weights into layer
-                following = dense_next(layer, inputs) if index + 1 < len(layers) else inputs
-                slot = free.get()  # wait for a device
-                if abort.is_set() or run.cancelled():
-                    break
-                futures.append(pool.submit(job, slot, index, layer, inputs))
-                inputs = following
-        if run.cancelled():
+        futures = _dispatch(layers, inputs, len(devices), job, free, dense_next,
+                            lambda: abort.is_set() or cancelled())
+        if cancelled():
             raise RunCancelled("cancelled")
-        errors = [f.exception() for f in futures if f.exception() is not None]
-        if errors:  # the first real failure, not the cancellations it caused in the other workers
-            raise next((e for e in errors if not isinstance(e, RunCancelled)), errors[0])
+        _raise_first(futures)
     finally:
-        for worker in workers:
-            run.backup.extend(worker.backup)
-    for worker in workers:
-        run.result.zeros += worker.result.zeros
-        run.result.total += worker.result.total
-        run.result.layers.extend(worker.result.layers)
-    run.result.layers.sort(key=lambda record: record["layer"])  # stable: linears keep their order
+        for lane in lanes:
+            writeback.absorb(lane.writeback)
+
+
+def _on_device(layer: nn.Module, device: torch.device, work: Callable[[], object]) -> None:
+    """Run ``work`` with ``layer`` moved to ``device`` (and back home afterwards), without autograd."""
+    home = next(layer.parameters()).device
+    with torch.no_grad():
+        layer.to(device)
+        try:
+            work()
+        finally:
+            layer.to(home)
+
+
+def _dispatch(
+    layers: nn.ModuleList, inputs: LayerInputs, workers: int, job: Callable[[int, int, nn.Module, LayerInputs], None],
+    free: queue.Queue[int], dense_next: Callable[[nn.Module, LayerInputs], LayerInputs], stop: Callable[[], bool],
+) -> list[Future]:
+    """Walk the layers on this thread, handing each with its dense inputs to the next free slot."""
+    futures: list[Future] = []
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prune-layer") as pool:
+        for index, layer in enumerate(layers):
+            # the dense outputs first: once handed over, the worker writes pruned weights into layer
+            following = dense_next(layer, inputs) if index + 1 < len(layers) else inputs
+            slot = free.get()  # wait for a device
+            if stop():
+                break
+            futures.append(pool.submit(job, slot, index, layer, inputs))
+            inputs = following
+    return futures
+
+
+def _raise_first(futures: list[Future]) -> None:
+    """Re-raise the first real failure, not the cancellations it caused in the other workers."""
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        raise next((e for e in errors if not isinstance(e, RunCancelled)), errors[0])

@@ -50,6 +50,12 @@ class QuantState:
         """The same state on ``device``."""
         return QuantState(self.codes.to(device), self.scales.to(device), self.zeros.to(device), self.spec)
 
+    def effective_weight(self) -> Tensor:
+        """The (out, in) float32 weight the model computes with: ``dequantize(self)`` (subclasses that
+        fold an input scale into the codes, like AWQ's, undo it here).
+        """
+        return dequantize(self)
+
 
 def group_width(spec: QuantSpec, columns: int) -> int:
     """Inputs per group: ``spec.group_size``, or the whole row when it is 0 or wider than the row."""
@@ -63,7 +69,8 @@ def num_groups(spec: QuantSpec, columns: int) -> int:
 
 def _grouped(W: Tensor, width: int) -> Tensor:
     """(out, groups, width): rows cut into groups; a short last group is padded by repeating its last
-    column, which changes neither its min nor its max."""
+    column, which changes neither its min nor its max.
+    """
     rows, cols = W.shape
     pad = (-cols) % width
     if pad:
@@ -91,7 +98,7 @@ def grid(W: Tensor, spec: QuantSpec) -> tuple[Tensor, Tensor]:
 
 
 def codes_on_grid(W: Tensor, scales: Tensor, zeros: Tensor, spec: QuantSpec) -> Tensor:
-    """q = clamp(round(W / s) + z, 0, qmax) for a given grid; (out, in) uint8."""
+    """Q = clamp(round(W / s) + z, 0, qmax) for a given grid; (out, in) uint8."""
     width = group_width(spec, W.shape[1])
     s, z = _expand(scales, width, W.shape[1]), _expand(zeros, width, W.shape[1])
     return torch.clamp(torch.round(W.float() / s) + z, 0, spec.levels - 1).to(torch.uint8)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from toolkit.errors import ToolkitError
 from toolkit.sparsity import NM, Structured, Target, Unstructured, parse_sparsity
@@ -80,14 +81,30 @@ class Unit(enum.Enum):
         return self in (Unit.CHANNELS, Unit.HEADS_CHANNELS)
 
 
+TARGET_KINDS: dict[type, str] = {Unstructured: "unstructured", NM: "nm", Structured: "structured"}
+
+
 def target_kind(target: Target) -> str:
     """``unstructured`` | ``nm`` | ``structured``: the stable word tables and figures group by."""
-    if isinstance(target, NM):
-        return "nm"
-    if isinstance(target, Structured):
-        return "structured"
-    assert isinstance(target, Unstructured)
-    return "unstructured"
+    return TARGET_KINDS[type(target)]
+
+
+def target_to_dict(target: Target) -> dict[str, Any]:
+    """Plain data of a target: ``kind``, ``label``, ``fraction`` and its own fields (``n``, ``m`` or ``sparsity``)."""
+    own = {"n": target.n, "m": target.m} if isinstance(target, NM) else {"sparsity": target.sparsity}
+    return {"kind": target_kind(target), "label": str(target), "fraction": target.fraction, **own}
+
+
+def target_from_dict(data: dict[str, Any]) -> Target:
+    """The target :func:`target_to_dict` wrote (by its ``kind``, never by parsing the label)."""
+    kind = data.get("kind")
+    if kind == "nm":
+        return NM(int(data["n"]), int(data["m"]))
+    if kind == "structured":
+        return Structured(float(data["sparsity"]))
+    if kind == "unstructured":
+        return Unstructured(float(data["sparsity"]))
+    raise ToolkitError(f"unknown sparsity kind {kind!r} in a stored compression spec")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +143,33 @@ class Compression:
 
     def __str__(self) -> str:
         return self.label
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (config.json ``compression``): ``label``, ``kind`` and each part as fields."""
+        quant = self.quant
+        return {
+            "label": self.label, "kind": self.kind,
+            "sparsity": None if self.sparsity is None else target_to_dict(self.sparsity),
+            "quant": None if quant is None else {"label": quant.label, "bits": quant.bits,
+                                                 "group_size": quant.group_size, "symmetric": quant.symmetric},
+            "unit": None if self.unit is None else self.unit.value,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Compression:
+        """The spec :meth:`to_dict` wrote (fields read by name; no string is parsed)."""
+        sparsity, quant, unit = data.get("sparsity"), data.get("quant"), data.get("unit")
+        return cls(
+            sparsity=None if sparsity is None else target_from_dict(sparsity),
+            quant=None if quant is None else QuantSpec(int(quant["bits"]), int(quant["group_size"]),
+                                                       bool(quant["symmetric"])),
+            unit=None if unit is None else Unit(unit),
+        )
+
+
+def as_compression(value: Compression | Target) -> Compression:
+    """A :class:`Compression` from itself or from a bare sparsity target (the prune-only case)."""
+    return value if isinstance(value, Compression) else Compression(sparsity=value)
 
 
 def parse_quant(text: str | QuantSpec | None) -> QuantSpec | None:

@@ -16,19 +16,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkit.api import CancelToken, RunConfig, find_finished, list_methods, run
+from toolkit.api import CancelToken, RunConfig, find_finished, run
 from toolkit.errors import ToolkitError
 from toolkit.events import Event, RunFailed, RunFinished, RunStarted
+from toolkit.methods import get_method
+from toolkit.sparsity import Target, parse_sparsity
+from toolkit.spec import target_kind
 
-COLUMNS = ("method", "sparsity", "achieved_sparsity", "ppl", "dense_ppl", "prune_seconds", "status", "reused", "run_id")
+COLUMNS = ("method", "sparsity", "achieved_sparsity", "ppl", "dense_ppl", "prune_seconds", "status", "reused", "run_id",
+           "pattern")
 
 
 @dataclass(frozen=True)
 class SweepPoint:
-    """One (method, sparsity) of a sweep: its perplexity, or why there is none."""
+    """One (method, sparsity) of a sweep: its perplexity, or why there is none.
+
+    ``sparsity`` is the compression's label; ``pattern`` the kind of its sparsity target
+    (``unstructured`` | ``nm`` | ``structured`` | ``none``), so a chart groups points without
+    reading the label.
+    """
 
     method: str
     sparsity: str
+    pattern: str = "unstructured"
     achieved_sparsity: float = math.nan
     ppl: float = math.nan
     dense_ppl: float = math.nan
@@ -43,39 +53,42 @@ class SweepPoint:
         return dataclasses.asdict(self)
 
 
-def _pattern_of(sparsity: str) -> str:
-    text = sparsity.strip().lower()
-    if text.startswith("structured"):
-        return "structured"
-    return "nm" if ":" in text else "unstructured"
-
-
-def plan(base: RunConfig, methods: Sequence[str], sparsities: Sequence[str]) -> tuple[list[RunConfig], list[str]]:
+def plan(
+    base: RunConfig, methods: Sequence[str], sparsities: Sequence[str | Target]
+) -> tuple[list[RunConfig], list[str]]:
     """Configs for every (method, sparsity) pair a method supports, and a note for each one skipped.
 
-    Every config measures the dense perplexity too (``eval_dense``; cached after the first).
-    Raises :class:`ToolkitError` when no pair is left or the base has no evaluation.
+    ``sparsities`` are targets or the user's text (parsed once, here). Every config keeps the base's
+    quantization and unit and measures the dense perplexity too (``eval_dense``; cached after the
+    first). Raises :class:`ToolkitError` when no pair is left or the base has no evaluation.
     """
     if base.eval_data is None:
         raise ToolkitError("a sweep needs evaluation on: it plots perplexity")
-    patterns = {m["name"]: set(m["patterns"]) for m in list_methods()}
+    targets = [parse_sparsity(s) for s in sparsities]
     configs, skipped = [], []
     for method in methods:
-        for sparsity in sparsities:
-            if _pattern_of(sparsity) not in patterns.get(method, {_pattern_of(sparsity)}):
-                skipped.append(f"{method} does not support {sparsity}")
-                continue
-            configs.append(dataclasses.replace(base, method=method, sparsity=sparsity, eval_dense=True))
+        get_method(method)  # an unknown name is the user's mistake, not a pair to skip
+        for target in targets:
+            try:
+                configs.append(dataclasses.replace(base, method=method, sparsity=target, eval_dense=True))
+            except ToolkitError as exc:  # the method cannot meet this spec: say so, sweep the rest
+                skipped.append(f"{method} {target}: {exc}")
     if not configs:
         raise ToolkitError("nothing to sweep: pick at least one method and one sparsity it supports")
     return configs, skipped
+
+
+def _labels(config: RunConfig) -> dict[str, str]:
+    """``sparsity`` (the compression's label) and ``pattern`` of a config's point."""
+    pattern = "none" if config.sparsity is None else target_kind(config.sparsity)
+    return {"sparsity": config.compression.label, "pattern": pattern}
 
 
 def point_from_result(config: RunConfig, result: dict[str, Any], *, reused: bool) -> SweepPoint:
     """The point of a finished run's result dict (result.json)."""
     data = config.eval_data or ""
     ppl, dense = result.get("ppl") or {}, result.get("dense_ppl") or {}
-    return SweepPoint(method=config.method, sparsity=config.sparsity,
+    return SweepPoint(method=config.method, **_labels(config),
                       achieved_sparsity=_num(result.get("achieved_sparsity")), ppl=_num(ppl.get(data)),
                       dense_ppl=_num(dense.get(data)), prune_seconds=_num(result.get("prune_seconds")),
                       reused=reused, run_id=str(result.get("run_id", "")))
@@ -97,7 +110,7 @@ def run_sweep(configs: Sequence[RunConfig], cancel: CancelToken | None = None) -
     cancel = cancel or CancelToken()
     for config in configs:
         if cancel.cancelled:
-            yield SweepPoint(method=config.method, sparsity=config.sparsity, status="cancelled", error="cancelled")
+            yield SweepPoint(method=config.method, **_labels(config), status="cancelled", error="cancelled")
             return
         record = find_finished(config.out_dir, config.reuse_key())
         if record is not None and isinstance(record.result, dict):
@@ -125,14 +138,14 @@ def _run_one(config: RunConfig, cancel: CancelToken) -> Iterator[Event]:
             elif isinstance(event, RunFailed):
                 failed = event
     except ToolkitError as exc:
-        return SweepPoint(method=config.method, sparsity=config.sparsity, status="failed", error=str(exc))
+        return SweepPoint(method=config.method, **_labels(config), status="failed", error=str(exc))
     if finished is not None:
         data = config.eval_data or ""
-        return SweepPoint(method=config.method, sparsity=config.sparsity, achieved_sparsity=finished.achieved_sparsity,
+        return SweepPoint(method=config.method, **_labels(config), achieved_sparsity=finished.achieved_sparsity,
                           ppl=_num(finished.ppl.get(data)), dense_ppl=_num(finished.dense_ppl.get(data)),
                           prune_seconds=finished.prune_seconds, run_id=run_id)
     status = "cancelled" if failed is not None and failed.cancelled else "failed"
-    return SweepPoint(method=config.method, sparsity=config.sparsity, status=status, run_id=run_id,
+    return SweepPoint(method=config.method, **_labels(config), status=status, run_id=run_id,
                       error=failed.error if failed is not None else "the run ended without a result")
 
 
@@ -166,7 +179,11 @@ def stored_points(records: Sequence[Any], model: str | None = None) -> list[Swee
             continue
         data = config.get("eval_data") or ""
         ppl, dense = result.get("ppl") or {}, result.get("dense_ppl") or {}
-        points.append(SweepPoint(method=str(config.get("method")), sparsity=str(config.get("sparsity")),
+        compression = record.compression
+        sparsity = compression.get("sparsity")
+        pattern = sparsity.get("kind", "unknown") if isinstance(sparsity, dict) else "none"
+        points.append(SweepPoint(method=str(config.get("method")), sparsity=str(compression.get("label")),
+                                 pattern=pattern,
                                  achieved_sparsity=_num(result.get("achieved_sparsity")), ppl=_num(ppl.get(data)),
                                  dense_ppl=_num(dense.get(data)), prune_seconds=_num(result.get("prune_seconds")),
                                  reused=True, run_id=record.run_id))

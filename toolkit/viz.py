@@ -161,9 +161,8 @@ def error_heatmap(
     if not rows or not columns:
         return note_figure(title, "waiting for the first pruned linear", height, revision)
     values = _finite([v for row in matrix for v in row])
-    sparsity = {(e.layer, e.name): e.sparsity for e in pruned}
-    text = [[f"sparsity {_float(sparsity[(i, c)]):.3f}" if (i, c) in sparsity else "not yet" for c in columns]
-            for i in range(rows)]
+    cells = {(e.layer, e.name): _cell_text(e) for e in pruned}
+    text = [[cells.get((i, c), "not yet") for c in columns] for i in range(rows)]
     trace = {"type": "heatmap", "z": [gaps(row) for row in matrix], "x": short_names(columns),
              "y": list(range(rows)), "text": text, "colorscale": "Viridis", "zmin": 0.0,
              "zmax": max(values) if values else 1.0, "colorbar": {"title": {"text": "rel. error"}}, "xgap": 1,
@@ -174,6 +173,12 @@ def error_heatmap(
                          xaxis={"title": {"text": "linear"}},
                          annotations=[] if pruned else [note("waiting for the first pruned linear")])
     return figure([trace], layout)
+
+
+def _cell_text(event: SublayerPruned) -> str:
+    """Hover text of a heat-map cell: the sparsity (from the keep-mask) and, when quantized, the bits."""
+    bits = _float(getattr(event, "bits", math.nan))
+    return f"sparsity {_float(event.sparsity):.3f}" + (f" · {bits:.2f} bits/weight" if math.isfinite(bits) else "")
 
 
 def layer_error_figure(done: Sequence[LayerDone], *, num_layers: int = 0, revision: Any = None,
@@ -295,16 +300,18 @@ def sweep_figure(points: Sequence[Mapping[str, Any]], *, dense_ppl: float | None
                  title: str = "perplexity vs sparsity", revision: Any = None) -> go.Figure:
     """Sparsity (achieved) vs perplexity, one line per method; n:m points as separate diamonds.
 
-    ``points`` are dicts with ``method``, ``sparsity`` (the asked label: "50%", "2:4" or
-    "structured:30%"), ``achieved_sparsity`` and ``ppl`` (nan / None when not measured).
-    ``dense_ppl`` draws a dashed reference line. The perplexity axis is logarithmic.
+    ``points`` are dicts (:meth:`toolkit.sweep.SweepPoint.to_dict`) with ``method``, ``sparsity``
+    (the asked label, shown on hover), ``pattern`` (the target's kind: ``unstructured`` | ``nm`` |
+    ``structured`` | ``none``; points without one are drawn as unstructured), ``achieved_sparsity``
+    and ``ppl`` (nan / None when not measured). ``dense_ppl`` draws a dashed reference line. The
+    perplexity axis is logarithmic.
     """
     methods = list(dict.fromkeys(str(p["method"]) for p in points))
     data = []
     for method in methods:
         mine = [p for p in points if p["method"] == method and math.isfinite(_float(p.get("ppl")))]
-        for pattern in ("unstructured", "structured", "nm"):
-            group = sorted((p for p in mine if _pattern(p["sparsity"]) == pattern),
+        for pattern in PATTERN_STYLES:
+            group = sorted((p for p in mine if _pattern(p) == pattern),
                            key=lambda p: _float(p.get("achieved_sparsity")))
             if group:
                 data.append(_sweep_trace(method, pattern, group, method_color(method, methods)))
@@ -320,9 +327,14 @@ def sweep_figure(points: Sequence[Mapping[str, Any]], *, dense_ppl: float | None
     return figure(data, layout)
 
 
+PATTERN_STYLES = {  # pattern → (marker, line dash or None for markers only, legend suffix)
+    "unstructured": ("circle", "solid", ""), "structured": ("square", "dot", " (structured)"),
+    "nm": ("diamond", None, " (n:m)"), "none": ("star", None, " (no sparsity)"),
+}
+
+
 def _sweep_trace(method: str, pattern: str, group: list[Mapping[str, Any]], color: str) -> Spec:
-    symbol, dash, suffix = {"unstructured": ("circle", "solid", ""), "structured": ("square", "dot", " (structured)"),
-                            "nm": ("diamond", None, " (n:m)")}[pattern]
+    symbol, dash, suffix = PATTERN_STYLES[pattern]
     labels = [str(p["sparsity"]) for p in group]
     trace = {"type": "scatter", "name": method + suffix, "legendgroup": method,
              "x": [_float(p.get("achieved_sparsity")) for p in group], "y": [_float(p["ppl"]) for p in group],
@@ -335,8 +347,6 @@ def _sweep_trace(method: str, pattern: str, group: list[Mapping[str, Any]], colo
     return trace
 
 
-def _pattern(sparsity: Any) -> str:
-    text = str(sparsity)
-    if text.startswith("structured"):
-        return "structured"
-    return "nm" if ":" in text else "unstructured"
+def _pattern(point: Mapping[str, Any]) -> str:
+    pattern = point.get("pattern")
+    return pattern if pattern in PATTERN_STYLES else "unstructured"

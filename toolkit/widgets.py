@@ -75,11 +75,14 @@ class Dashboard:
         import ipywidgets as w
         import plotly.graph_objects as go
 
-        settings = {"nsamples": 8, "seqlen": 128, "eval_seqlen": 128, "eval_windows": 16, "options": "", **protocol}
+        settings = {"nsamples": 8, "seqlen": 128, "eval_seqlen": 128, "eval_windows": 16, "options": "", "quant": "",
+                    **protocol}
         self.runs_dir = runs_dir
         self.model = w.Text(value=model, description="model")
         self.method = w.Dropdown(options=[m["name"] for m in list_methods()], value=method, description="method")
         self.sparsity = w.Text(value=sparsity, description="sparsity", placeholder="50%, 2:4, structured:30%")
+        self.quant = w.Text(value=str(settings.get("quant") or ""), description="quant",
+                            placeholder="int4, int3:g64 (quantizing methods)")
         self.options = w.Text(value=str(settings["options"]), description="options", placeholder="key=value, …")
         self.nsamples = w.BoundedIntText(value=int(settings["nsamples"]), min=1, max=100000, description="nsamples")
         self.seqlen = w.BoundedIntText(value=int(settings["seqlen"]), min=2, max=1 << 16, description="seqlen")
@@ -99,8 +102,9 @@ class Dashboard:
         self._thread: threading.Thread | None = None
         self.run_button.on_click(lambda _: self.start())
         self.cancel_button.on_click(lambda _: self.cancel())
-        form = w.VBox([w.HBox([self.model, self.method, self.sparsity]), w.HBox([self.options, self.nsamples,
-                       self.seqlen]), w.HBox([self.evaluate, self.eval_windows, self.run_button, self.cancel_button])])
+        form = w.VBox([w.HBox([self.model, self.method, self.sparsity, self.quant]),
+                       w.HBox([self.options, self.nsamples, self.seqlen]),
+                       w.HBox([self.evaluate, self.eval_windows, self.run_button, self.cancel_button])])
         self.widget = w.VBox([form, self.status, w.HBox([self.figures["heatmap"], self.figures["layers"]]),
                               w.HBox([self.figures["solver"], self.figures["lambda"]]), self.warnings, self.result])
 
@@ -111,7 +115,9 @@ class Dashboard:
 
     def config(self, **overrides: Any) -> RunConfig:
         """The RunConfig of the form (``overrides`` win); raises ToolkitError for bad input."""
-        fields = {"model": self.model.value.strip(), "method": self.method.value, "sparsity": self.sparsity.value,
+        sparsity = self.sparsity.value.strip() or None
+        fields = {"model": self.model.value.strip(), "method": self.method.value, "sparsity": sparsity,
+                  "quant": self.quant.value.strip() or None,
                   "options": _parse_options(self.options.value), "nsamples": self.nsamples.value,
                   "seqlen": self.seqlen.value, "eval_data": "wiki" if self.evaluate.value else None,
                   "eval_seqlen": self.eval_seqlen, "eval_windows": self.eval_windows.value or None,
@@ -165,7 +171,9 @@ class Dashboard:
             rows = "".join(f"<tr><td>{k}</td><td>{view.dense_ppl.get(k, math.nan):.3f}</td><td>{v:.3f}</td></tr>"
                            for k, v in view.ppl.items())
             self.result.value = (f"<table><tr><th>ppl</th><th>dense</th><th>pruned</th></tr>{rows}</table>"
-                                 f"achieved sparsity {view.achieved_sparsity:.2%} · prune time "
+                                 f"achieved sparsity {view.achieved_sparsity:.2%} · "
+                                 + (f"{view.bits_per_weight:.3f} bits/weight · " if math.isfinite(view.bits_per_weight)
+                                    else "") + "prune time "
                                  f"{format_seconds(view.prune_seconds)} · run {view.run_id}")
         elif view.status in ("failed", "cancelled"):
             self.result.value = f"<b>{view.status}</b>: {view.error}"
@@ -231,12 +239,12 @@ def sweep_plot(*, model: str | None = None, methods: Sequence[str] = (), sparsit
     fields such as nsamples, seqlen, eval_windows), reusing runs already in the store; without
     them it plots every finished run of ``model`` in the store.
     """
-    from toolkit.sweep import dense_reference, plan, run_sweep, stored_points
+    from toolkit.sweep import SweepPoint, dense_reference, plan, run_sweep, stored_points
 
     if methods and sparsities:
         base = RunConfig(model=model or "smollm2-135m", method=methods[0], out_dir=str(runs_dir), **protocol)
         configs, _ = plan(base, list(methods), list(sparsities))
-        points = [p for p in run_sweep(configs) if not hasattr(p, "kind")]
+        points = [p for p in run_sweep(configs) if isinstance(p, SweepPoint)]
     else:
         points = stored_points(list_runs(runs_dir), model)
     return viz.sweep_figure([p.to_dict() for p in points], dense_ppl=dense_reference(points),

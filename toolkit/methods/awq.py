@@ -40,7 +40,14 @@ from torch import Tensor
 
 from toolkit.errors import ToolkitError
 from toolkit.methods.base import (
-    SOLVER_DTYPE, LinearStats, MethodSpec, Produces, PruneResult, SolveContext, Stat, option,
+    SOLVER_DTYPE,
+    LinearStats,
+    MethodSpec,
+    Produces,
+    PruneResult,
+    SolveContext,
+    Stat,
+    option,
 )
 from toolkit.methods.quant_base import all_kept, checked_gram, quant_only, stats_on
 from toolkit.quant import QuantState, dequantize, group_width, project, quantize
@@ -61,11 +68,14 @@ class ScaledQuantState(QuantState):
         return ScaledQuantState(self.codes.to(device), self.scales.to(device), self.zeros.to(device), self.spec,
                                 self.input_scale.to(device))
 
+    def effective_weight(self) -> Tensor:
+        """dequantize(state) / s: the scale search multiplied the columns by s before quantizing."""
+        return dequantize(self) / self.input_scale.unsqueeze(0)
+
 
 def effective_weight(state: QuantState) -> Tensor:
     """The weight a state stands for: dequantize(state), divided by the input scale of an AWQ state."""
-    weight = dequantize(state)
-    return weight / state.input_scale.unsqueeze(0) if isinstance(state, ScaledQuantState) else weight
+    return state.effective_weight()
 
 
 @dataclass(frozen=True)

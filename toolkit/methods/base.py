@@ -149,11 +149,11 @@ class MethodSpec:
         patterns = ", ".join(kinds[t] for t in self.targets if t in kinds) or "no sparsity pattern"
         if compression.sparsity is not None and not self.supports(compression.sparsity):
             raise ToolkitError(f"{self.name} supports {patterns}, not {compression.sparsity}")
-        if compression.sparsity is None and Produces.QUANT not in self.produces:
-            raise ToolkitError(f"{self.name} prunes and needs --sparsity ({patterns})")
         if compression.quant is not None and Produces.QUANT not in self.produces:
             raise ToolkitError(f"{self.name} only prunes ({patterns}); --quant needs a quantizing method "
                                "(see `python -m toolkit methods`)")
+        if compression.sparsity is None and Produces.QUANT not in self.produces:
+            raise ToolkitError(f"{self.name} prunes and needs --sparsity ({patterns})")
         if compression.unit is not None and compression.unit not in self.units:
             units = ", ".join(u.value for u in self.units) or "none (it works on single linears)"
             raise ToolkitError(f"{self.name} cannot remove --unit {compression.unit.value}; its units: {units}")

@@ -1,0 +1,61 @@
+"""A test hook that makes live-progress tests independent of how fast the machine is.
+
+:class:`Gate` is a registered method that waits before every linear until the test lets it go, so a
+live view is checked in a state the test chose (one linear done, two, three ...) instead of in whatever
+a redraw happened to catch on a fast or a loaded machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+class Gate:
+    """A registered method (:data:`NAME`, FISTAPruner underneath) that waits before every linear until
+    :meth:`release` lets it go; while it waits it honours cancellation (the run's cancel token)."""
+
+    NAME = "gated"
+
+    def __init__(self, base: str = "fista") -> None:
+        from toolkit.methods import get_method
+
+        self._permits = threading.Semaphore(0)
+        spec = get_method(base)
+        self.spec = dataclasses.replace(spec, name=self.NAME, fn=self._gated(spec.fn),
+                                        summary=f"test hook: {base}, one linear per release")
+
+    def _gated(self, solve: Callable[..., Any]) -> Callable[..., Any]:
+        def gated(W: Any, stats: Any, target: Any, cfg: Any, ctx: Any) -> Any:
+            while not self._permits.acquire(timeout=0.05):
+                ctx.check_cancel()
+            return solve(W, stats, target, cfg, ctx)
+
+        return gated
+
+    def release(self, linears: int = 1) -> None:
+        """Let ``linears`` more linears be solved."""
+        self._permits.release(linears)
+
+    def open(self) -> None:
+        """Let the run go to the end."""
+        self.release(100_000)
+
+    def close(self) -> None:
+        """Hold the next linear again (permits left over are dropped)."""
+        self._permits = threading.Semaphore(0)
+
+
+@contextmanager
+def registered(gate: Gate) -> Iterator[Gate]:
+    """``gate`` in the method registry (before the app is built, so the form offers it)."""
+    from toolkit.methods import METHODS
+
+    METHODS[gate.NAME] = gate.spec
+    try:
+        yield gate
+    finally:
+        del METHODS[gate.NAME]
