@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolkit.methods import fista, magnitude, sparsegpt, thanos, wanda
+from toolkit.methods import fista, magnitude, numerical, sparsegpt, structured_scores, thanos, wanda
 from toolkit.methods.base import LinearStats, MethodSpec, PruneResult, SolveContext, Stat
 from toolkit.methods.registry import build_registry, lookup
 
@@ -13,6 +13,10 @@ METHODS: dict[str, MethodSpec] = build_registry(
         sparsegpt.SPEC,
         fista.SPEC,
         thanos.SPEC,
+        numerical.SPEC,
+        structured_scores.FLAP,
+        structured_scores.WANDA_SP,
+        structured_scores.MAGNITUDE_SP,
     )
 )
 
