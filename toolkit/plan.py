@@ -151,7 +151,7 @@ def allocate(layers: list[LayerCandidates], ratio: float, unit: Unit, cfg: Block
             if bool((pool.kind == kind_id).any()):
                 keep[kind][number] = torch.ones(len(getattr(layer.scores, kind)), dtype=torch.bool)
     if cfg.uniform:
-        _uniform(layers, pool, removed, keep, cfg)
+        _uniform(layers, pool, removed, keep, cfg, ratio)
     else:
         for i in removed.tolist():
             mask = keep[KINDS[int(pool.kind[i])]][int(pool.layer[i])]
@@ -164,18 +164,23 @@ def allocate(layers: list[LayerCandidates], ratio: float, unit: Unit, cfg: Block
                       removed_cost, int(pool.cost.sum()))
 
 
-def _uniform(layers: list[LayerCandidates], pool: _Pool, removed: Tensor, keep: dict, cfg: BlockConfig) -> None:
-    """Same removal count per layer: the global count per kind / layers, each layer's lowest first."""
+def _uniform(layers: list[LayerCandidates], pool: _Pool, removed: Tensor, keep: dict, cfg: BlockConfig,
+             ratio: float) -> None:
+    """Same removal count per layer: the global head count / layers, each layer's lowest first; under
+    ``param_weighted`` the channel count then fills the rest of the parameter budget."""
+    per_layer: dict[str, int] = {}
     for kind_id, kind in enumerate(KINDS):
-        masks = keep[kind]
-        if masks[0] is None:
-            continue
-        per_layer = round(int((pool.kind[removed] == kind_id).sum()) / len(layers))
+        if keep[kind][0] is not None:
+            per_layer[kind] = round(int((pool.kind[removed] == kind_id).sum()) / len(layers))
+    if cfg.allocation == "param_weighted" and len(per_layer) == 2:
+        heads_cost = per_layer["heads"] * sum(layer.head_cost for layer in layers)
+        left = ratio * float(pool.cost.sum()) - heads_cost
+        per_layer["channels"] = max(round(left / sum(layer.channel_cost for layer in layers)), 0)
+    for kind, count in per_layer.items():
         least = cfg.min_heads if kind == "heads" else cfg.min_channels
         for number, layer in enumerate(layers):
-            raw = getattr(layer.scores, kind).float().cpu()
             groups = layer.head_groups if kind == "heads" else None
-            masks[number] = _drop_lowest(raw, per_layer, least, groups)
+            keep[kind][number] = _drop_lowest(getattr(layer.scores, kind).float().cpu(), count, least, groups)
 
 
 def _drop_lowest(raw: Tensor, count: int, least: int, groups: Tensor | None) -> Tensor:
