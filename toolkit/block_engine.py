@@ -37,7 +37,7 @@ from toolkit.block_capture import gather_block_stats
 from toolkit.block_report import LayerOutcome, global_ranking_event, layer_events, layer_record, layer_scored_event
 from toolkit.capture import LayerInputs, capture_layer0, run_layer
 from toolkit.errors import NumericalError, RunCancelled, ToolkitError
-from toolkit.events import Event, LayerDone, LayerStarted, SublayerPruned
+from toolkit.events import Event, LayerDone, LayerStarted, RunWarning, SublayerPruned
 from toolkit.methods.base import MethodSpec, SolveContext
 from toolkit.methods.block import BlockStats, BlockTensors, HeadLayout
 from toolkit.methods.compensation import compensate, output_error
@@ -141,7 +141,9 @@ def prune_blocks(
             for i in range(len(views)):
                 record, check = _apply_layer(run, i, views, allocation, check)
                 records.append(record)
-            set_uniform_config(model, views, method_cfg.remove, run.journal)
+            problem = set_uniform_config(model, views, method_cfg.remove, run.journal)
+            if problem and method_cfg.uniform:
+                run.emit(RunWarning(message=f"uniform counts not written into the config: {problem}"))
     except BaseException:
         if cfg.restore_on_failure:
             run.journal.restore()

@@ -17,6 +17,7 @@ masked model; its logits equal the shrunk model's).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -131,29 +132,53 @@ def shrink_channels(view: BlockView, edit: LayerEdit, writeback: WriteBack, remo
             "channels_kept": torch.nonzero(keep).flatten().tolist()}
 
 
-def set_uniform_config(model: nn.Module, views: list[BlockView], removed: bool, writeback: WriteBack) -> bool:
+def set_uniform_config(model: nn.Module, views: list[BlockView], removed: bool, writeback: WriteBack) -> str:
     """When every layer has the same head, KV-head and channel counts, write them into ``model.config``.
 
     Sets ``num_attention_heads``, ``num_key_value_heads``, an explicit ``head_dim`` and the
-    intermediate size (OPT: ``ffn_dim``; heads only when the family can state ``head_dim`` or the
-    head count is unchanged), so ``save_pretrained`` writes a standard config. Returns whether the
-    layers are uniform. Nothing changes when units were only masked.
+    intermediate size (OPT: ``ffn_dim``), so ``save_pretrained`` writes a standard config. Head
+    counts the family's config cannot state (OPT without ``head_dim``; Llama's check
+    ``hidden_size % num_attention_heads == 0``) are left out. Returns "" when the config now
+    describes the model or there is nothing to do, else a sentence saying why it does not.
     """
     shapes = {(v.num_heads, v.num_kv_heads, v.intermediate) for v in views}
-    if not removed or len(shapes) != 1:
-        return False
+    if not removed:
+        return ""
+    if len(shapes) != 1:
+        return "layers keep different counts: the checkpoint needs the per-layer format"
     (heads, kv_heads, intermediate), = shapes
     config, family = model.config, views[0].family
-    updates: dict[str, int] = {}
-    if family.config_head_dim or heads * views[0].head_dim == config.hidden_size:
-        updates["num_attention_heads"] = heads
-        if hasattr(config, "num_key_value_heads"):
-            updates["num_key_value_heads"] = kv_heads
-        if family.config_head_dim:
-            updates["head_dim"] = views[0].head_dim
+    head_updates = {"num_attention_heads": heads}
+    if hasattr(config, "num_key_value_heads"):
+        head_updates["num_key_value_heads"] = kv_heads
+    if family.config_head_dim:
+        head_updates["head_dim"] = views[0].head_dim
+    problem = _unstatable(config, head_updates, family.config_head_dim or heads * views[0].head_dim ==
+                          config.hidden_size)
+    updates = {} if problem else head_updates
     if intermediate and hasattr(config, family.config_intermediate):
         updates[family.config_intermediate] = intermediate
     for attr, value in updates.items():
         if getattr(config, attr, None) != value:
             writeback.set_attr(config, attr, value)
-    return True
+    return problem
+
+
+def _unstatable(config: object, updates: dict[str, int], can_state: bool) -> str:
+    """Why the config cannot hold ``updates`` ("" when it can), checked on a copy."""
+    if not can_state:
+        return f"a {type(config).__name__} cannot state head_dim: the checkpoint needs the per-layer format"
+    try:  # transformers ≥ 5 validates configs through huggingface_hub's strict dataclasses
+        from huggingface_hub.errors import StrictDataclassError as invalid
+    except ImportError:
+        invalid = ValueError
+    trial = copy.deepcopy(config)
+    for attr, value in updates.items():
+        setattr(trial, attr, value)
+    try:
+        if hasattr(trial, "validate"):
+            trial.validate()
+    except (ValueError, TypeError, invalid) as exc:
+        return f"{type(config).__name__} refuses {updates['num_attention_heads']} heads ({exc}); " \
+               "the checkpoint needs the per-layer format"
+    return ""

@@ -48,8 +48,15 @@ def config_describes(model: nn.Module) -> bool:
     """True when ``model.config`` alone rebuilds every parameter at its current shape."""
     from transformers import AutoModelForCausalLM
 
-    with torch.device("meta"):
-        reference = AutoModelForCausalLM.from_config(model.config)
+    try:
+        from huggingface_hub.errors import StrictDataclassError as invalid
+    except ImportError:
+        invalid = ValueError
+    try:
+        with torch.device("meta"):
+            reference = AutoModelForCausalLM.from_config(model.config)
+    except (ValueError, TypeError, invalid):  # a config that fails its own validation describes nothing
+        return False
     ours = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     return ours == {k: tuple(v.shape) for k, v in reference.state_dict().items()}
 

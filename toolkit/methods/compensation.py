@@ -9,7 +9,7 @@ By the block-inverse identity its kept rows are the least-squares fit of the den
 kept inputs, W_K + δW_K = W_K + (G_KK + γI)⁻¹ G_KP W_P, with G = XᵀX/N and the damping of Remark 5,
 γ = ``damp_frac``·mean(diag G) (the 2 cancels). In HF layout, one Cholesky of the |K|×|K| block:
 
-    W'[:, K] = W[:, K] + W[:, P] G_PK (G_KK + γI)⁻¹ ,   W'[:, P] = 0
+    W'[:, K] = W[:, K] + W[:, P] G_PK (G_KK + γI)⁻¹ ,   W'[:, P] = 0     (γ from diag of the full G)
 
 FLAP's bias compensation instead moves the removed inputs' mean contribution into the bias:
 b' = b + W[:, P] μ_P with μ the mean input. Errors are computed from the statistics:
@@ -28,32 +28,38 @@ from toolkit.errors import NumericalError
 from toolkit.methods.block import InputStats
 
 SOLVE_DTYPE = torch.float64  # Gram solves of the scores and the compensation (D up to ~30k)
+MAX_TRIES = 6  # damping escalations (×10 each) before a NumericalError
 
 
-def with_damping(M: Tensor, damp: float) -> Tensor:
-    """M + damp·mean(diag M)·I in float64 (the scale is 1 when the diagonal mean is not positive)."""
-    M = M.to(SOLVE_DTYPE)
+def damping_scale(M: Tensor) -> float:
+    """mean(diag M), or 1 when it is not positive: what damping fractions multiply."""
     mean_diag = float(torch.diagonal(M).mean()) if M.numel() else 1.0
-    scale = mean_diag if mean_diag > 0 else 1.0
+    return mean_diag if mean_diag > 0 else 1.0
+
+
+def with_damping(M: Tensor, damp: float, scale: float | None = None) -> Tensor:
+    """M + damp·scale·I in float64; ``scale`` defaults to :func:`damping_scale` (M)."""
+    M = M.to(SOLVE_DTYPE)
+    scale = damping_scale(M) if scale is None else scale
     return M + damp * scale * torch.eye(M.shape[0], dtype=SOLVE_DTYPE, device=M.device)
 
 
 def damped_cholesky(
-    M: Tensor, damp_frac: float, warn: Callable[[str], None], what: str, max_tries: int = 6
+    M: Tensor, damp_frac: float, warn: Callable[[str], None], what: str, scale: float | None = None
 ) -> tuple[Tensor, float]:
-    """Lower Cholesky factor of :func:`with_damping` (M, δ), δ from ``damp_frac`` escalating ×10 (R12).
+    """Lower Cholesky factor of :func:`with_damping` (M, δ, scale), δ from ``damp_frac`` escalating ×10 (R12).
 
     Returns ``(L, δ)``; emits a warning per escalation; raises :class:`NumericalError` after
-    ``max_tries`` or on non-finite entries.
+    ``MAX_TRIES`` or on non-finite entries.
     """
     if not bool(torch.isfinite(M).all()):
         raise NumericalError(f"{what}: the statistics have non-finite entries; check the inputs")
     damp = damp_frac
-    for attempt in range(max_tries):
-        L, info = torch.linalg.cholesky_ex(with_damping(M, damp))
+    for attempt in range(MAX_TRIES):
+        L, info = torch.linalg.cholesky_ex(with_damping(M, damp, scale))
         if int(info) == 0:
             return L, damp
-        if attempt + 1 < max_tries:
+        if attempt + 1 < MAX_TRIES:
             nxt = damp * 10 if damp > 0 else 1e-6
             warn(f"{what}: Cholesky failed at damping {damp:g}; retrying with {nxt:g}")
             damp = nxt
@@ -73,7 +79,7 @@ def least_squares_update(
         return W.clone(), 0.0
     K, P = torch.nonzero(keep).flatten(), torch.nonzero(removed).flatten()
     G = stats.gram.to(SOLVE_DTYPE)
-    L, damp = damped_cholesky(G[K][:, K], damp_frac, warn, "compensation")
+    L, damp = damped_cholesky(G[K][:, K], damp_frac, warn, "compensation", damping_scale(G))
     M = torch.cholesky_solve(G[K][:, P], L)  # (|K|, |P|) = (G_KK + γI)⁻¹ G_KP
     Wd = W.to(SOLVE_DTYPE)
     out = torch.zeros_like(Wd)

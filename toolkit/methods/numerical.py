@@ -120,7 +120,7 @@ def channel_scores(W: Tensor, stats: InputStats, ratio: float, cfg: NumericalCon
 
 def score(
     tensors: BlockTensors, stats: BlockStats, layout: HeadLayout, ratio: float, cfg: NumericalConfig,
-    ctx: SolveContext,
+    ctx: SolveContext | None = None,
 ) -> UnitScores:
     """Head-unit scores (mean of o_proj channel scores) and MLP channel scores of one layer."""
     not_a_linear_solver("numerical")(tensors)
@@ -133,7 +133,8 @@ def score(
     return UnitScores(heads=heads, channels=channels, head_channels=head_channels)
 
 
-def _named(ctx: SolveContext, role: str) -> SolveContext:
+def _named(ctx: SolveContext | None, role: str) -> SolveContext:
+    ctx = ctx or SolveContext()
     return SolveContext(layer=ctx.layer, name=role, emit=ctx.emit, cancelled=ctx.cancelled)
 
 

@@ -69,7 +69,7 @@ def _head_energy(tensors: BlockTensors, layout: HeadLayout) -> Tensor:
 
 def magnitude_score(
     tensors: BlockTensors, stats: BlockStats, layout: HeadLayout, ratio: float, cfg: MagnitudeSpConfig,
-    ctx: SolveContext,
+    ctx: SolveContext | None = None,
 ) -> UnitScores:
     """‖unit weights‖₂ for head units and MLP channels (statistics only say which kinds are scored)."""
     not_a_linear_solver("magnitude-sp")(tensors)
@@ -95,7 +95,7 @@ def _fluctuation_columns(W: Tensor, gram: Tensor, mean: Tensor) -> Tensor:
 
 def wanda_sp_score(
     tensors: BlockTensors, stats: BlockStats, layout: HeadLayout, ratio: float, cfg: WandaSpConfig,
-    ctx: SolveContext,
+    ctx: SolveContext | None = None,
 ) -> UnitScores:
     """Wanda-sp column scores of o_proj (averaged into head units) and down_proj."""
     not_a_linear_solver("wanda-sp")(tensors)
@@ -109,7 +109,8 @@ def wanda_sp_score(
 
 
 def flap_score(
-    tensors: BlockTensors, stats: BlockStats, layout: HeadLayout, ratio: float, cfg: FlapConfig, ctx: SolveContext
+    tensors: BlockTensors, stats: BlockStats, layout: HeadLayout, ratio: float, cfg: FlapConfig,
+    ctx: SolveContext | None = None,
 ) -> UnitScores:
     """FLAP fluctuation metric of o_proj columns (averaged into head units) and down_proj columns."""
     not_a_linear_solver("flap")(tensors)
