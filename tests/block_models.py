@@ -21,8 +21,8 @@ def tiny(family: str, heads: int = 9, kv_heads: int = 3, layers: int = 3, seed: 
     import transformers as tf
 
     hidden = 72 if family in ("llama", "mixtral") else 64  # Llama's config wants hidden % heads == 0
-    common = dict(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=96, num_hidden_layers=layers,
-                  num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=128)
+    common = {"vocab_size": VOCAB, "hidden_size": hidden, "intermediate_size": 96, "num_hidden_layers": layers,
+              "num_attention_heads": heads, "num_key_value_heads": kv_heads, "max_position_embeddings": 128}
     configs = {
         "llama": lambda: tf.LlamaConfig(**common, head_dim=8),
         "qwen2": lambda: tf.Qwen2Config(**common, head_dim=8),

@@ -7,13 +7,25 @@ import copy
 import pytest
 import torch
 
-import toolkit.block_engine as block_engine
-from tests.block_models import logits, prune, pruned_and_masked, tiny
+from tests.block_models import logits, prune, pruned_and_masked, tiny, windows
+from toolkit import block_engine
+from toolkit.engine import EngineConfig
 from toolkit.errors import RunCancelled, ToolkitError
-from toolkit.events import (GlobalRanking, LayerDone, LayerScored, LayerStarted, SolverStep, SublayerPruned,
-                            UnitsRemoved, event_from_dict)
+from toolkit.events import (
+    GlobalRanking,
+    LayerDone,
+    LayerScored,
+    LayerStarted,
+    SolverStep,
+    SublayerPruned,
+    UnitsRemoved,
+    event_from_dict,
+)
+from toolkit.methods import get_method
 from toolkit.models import decoder_layers
+from toolkit.spec import parse_compression
 from toolkit.structure import block_views
+from toolkit.writeback import WriteBack
 
 
 def _shapes(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
@@ -102,12 +114,6 @@ def test_cancel_restores_the_original_shapes(when: str) -> None:
 
     def cancelled() -> bool:
         return any(isinstance(e, stop) for e in seen)
-
-    from tests.block_models import windows
-    from toolkit.engine import EngineConfig
-    from toolkit.methods import get_method
-    from toolkit.spec import parse_compression
-    from toolkit.writeback import WriteBack
 
     journal = WriteBack()
     with pytest.raises(RunCancelled):

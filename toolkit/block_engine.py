@@ -46,8 +46,16 @@ from toolkit.plan import Allocation, LayerCandidates, allocate
 from toolkit.shrink import LayerEdit, set_uniform_config, shrink_channels, shrink_heads
 from toolkit.sparsity import Structured
 from toolkit.spec import Unit
-from toolkit.structure import (ATTN_ROLES, MLP_ROLES, BlockView, block_views, check_unit, family_of, head_units,
-                               unit_costs)
+from toolkit.structure import (
+    ATTN_ROLES,
+    MLP_ROLES,
+    BlockView,
+    block_views,
+    check_unit,
+    family_of,
+    head_units,
+    unit_costs,
+)
 from toolkit.writeback import WriteBack
 
 if TYPE_CHECKING:

@@ -12,10 +12,15 @@ from toolkit.errors import ToolkitError
 from toolkit.methods import get_method
 from toolkit.methods.base import LinearStats, Scope, SolveContext
 from toolkit.methods.block import HeadLayout, InputStats, unit_means
-from toolkit.methods.compensation import (bias_update, compensate, eq11_update, least_squares_update,
-                                          output_error)
-from toolkit.methods.numerical import (NumericalConfig, channel_scores, closed_form_scores, newton_scores,
-                                       objective, score_matrix)
+from toolkit.methods.compensation import bias_update, compensate, eq11_update, least_squares_update, output_error
+from toolkit.methods.numerical import (
+    NumericalConfig,
+    channel_scores,
+    closed_form_scores,
+    newton_scores,
+    objective,
+    score_matrix,
+)
 
 
 def _case(width: int = 24, out: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, InputStats]:
@@ -105,9 +110,25 @@ def test_compensation_never_increases_the_reconstruction_error(damp: float) -> N
         _, W, stats = _case(seed=seed)
         keep = torch.rand(24, generator=torch.Generator().manual_seed(seed)) > 0.4
         plain = output_error(W, W * keep, stats)
-        for method in ("least_squares", "bias", "none"):
+        for method in ("least_squares", "least_squares_bias", "bias", "none"):
             new, bias, _ = compensate(W, stats, keep, method, damp, lambda m: None)
             assert output_error(W, new, stats, bias) <= plain + 1e-9
+
+
+def test_least_squares_with_bias_is_the_affine_fit_and_beats_both() -> None:
+    X, W, stats = _case(seed=4)
+    X = X + torch.linspace(-2, 3, 24)  # inputs with non-zero means
+    stats = InputStats(gram=X.T @ X / X.shape[0], mean=X.mean(0), count=X.shape[0])
+    keep = torch.rand(24, generator=torch.Generator().manual_seed(4)) > 0.5
+    new, bias, _ = compensate(W, stats, keep, "least_squares_bias", 0.0, lambda m: None)
+    ones = torch.ones(X.shape[0], 1)
+    fit = torch.linalg.lstsq(torch.cat([X[:, keep], ones], 1).double(), (X @ W.T).double()).solution.T
+    torch.testing.assert_close(torch.cat([new[:, keep], bias.unsqueeze(1)], 1).double(), fit, atol=1e-3, rtol=1e-3)
+    errors = []
+    for method in ("least_squares", "bias"):
+        other, other_bias, _ = compensate(W, stats, keep, method, 0.0, lambda m: None)
+        errors.append(output_error(W, other, stats, other_bias))
+    assert output_error(W, new, stats, bias) <= min(errors) + 1e-9
 
 
 def test_bias_compensation_by_hand() -> None:

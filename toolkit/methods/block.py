@@ -25,7 +25,7 @@ from toolkit.methods.base import option
 
 ALLOCATIONS = ("param_weighted", "paper_literal")
 GQA_MODES = ("groups", "query")
-COMPENSATIONS = ("least_squares", "bias", "none")
+COMPENSATIONS = ("least_squares", "least_squares_bias", "bias", "none")
 GRAM_SOURCES = ("dense", "sequential")
 
 
@@ -46,7 +46,8 @@ class BlockConfig:
     min_heads: int = option(1, "head units every layer keeps at least")
     min_channels: int = option(1, "MLP channels every layer keeps at least")
     compensate: str = option("least_squares", "update of o_proj/down_proj for the removed inputs: least_squares "
-                             "(Thm 3, closed form), bias (FLAP: mean of removed inputs into the bias) or none",
+                             "(Thm 3, closed form), least_squares_bias (Thm 3 refitting the bias too), bias (FLAP: "
+                             "mean of removed inputs into the bias) or none",
                              COMPENSATIONS)
     damp_frac: float = option(0.01, "compensation damping γ as a fraction of mean(diag XᵀX) (Remark 5)")
     grams: str = option("dense", "statistics for compensation: dense (the scoring pass's dense-model Grams) or "

@@ -119,17 +119,33 @@ def output_error(W: Tensor, W_new: Tensor, stats: InputStats, bias_delta: Tensor
     return math.sqrt(max(err, 0.0) / base) if base > 0 else 0.0
 
 
+def augmented(W: Tensor, bias: Tensor | None, stats: InputStats) -> tuple[Tensor, InputStats]:
+    """[W, b] (out, in+1) and the statistics of [x, 1]: G' = [[G, μ], [μᵀ, 1]], μ' = [μ, 1]."""
+    b = torch.zeros(W.shape[0], dtype=W.dtype, device=W.device) if bias is None else bias.to(W.dtype)
+    one = torch.ones(1, dtype=stats.gram.dtype, device=stats.gram.device)
+    gram = torch.cat([torch.cat([stats.gram, stats.mean.unsqueeze(1)], 1),
+                      torch.cat([stats.mean, one]).unsqueeze(0)], 0)
+    return torch.cat([W, b.unsqueeze(1)], 1), InputStats(gram, torch.cat([stats.mean, one]), stats.count)
+
+
 def compensate(
     W: Tensor, stats: InputStats, keep: Tensor, method: str, damp_frac: float, warn: Callable[[str], None]
 ) -> tuple[Tensor, Tensor | None, float]:
     """New (out, in) weight (zero on removed inputs), bias change or None, damping, for ``method``.
 
-    ``least_squares``: Theorem 3 (:func:`least_squares_update`); ``bias``: FLAP's
+    ``least_squares``: Theorem 3 (:func:`least_squares_update`); ``least_squares_bias``: Theorem 3
+    with a constant input appended (the bias is refit with the kept weights: the least-squares
+    optimum over weights and bias, never worse than either alone); ``bias``: FLAP's
     :func:`bias_update` with the weight masked; ``none``: the weight masked.
     """
     if method == "least_squares":
         W_new, damp = least_squares_update(W, stats, keep, damp_frac, warn)
         return W_new, None, damp
+    if method == "least_squares_bias":
+        W_aug, stats_aug = augmented(W, None, stats)
+        keep_aug = torch.cat([keep, torch.ones(1, dtype=torch.bool, device=keep.device)])
+        new, damp = least_squares_update(W_aug, stats_aug, keep_aug, damp_frac, warn)
+        return new[:, :-1].contiguous(), new[:, -1].contiguous(), damp
     masked = W * keep.to(W.dtype).unsqueeze(0)
     if method == "bias":
         return masked, bias_update(W, stats, keep), math.nan

@@ -32,8 +32,16 @@ from torch import Tensor
 from toolkit.errors import ToolkitError
 from toolkit.events import SolverStep
 from toolkit.methods.base import MethodSpec, Produces, Scope, SolveContext, option
-from toolkit.methods.block import (BlockConfig, BlockStats, BlockTensors, HeadLayout, InputStats, UnitScores,
-                                   not_a_linear_solver, unit_means)
+from toolkit.methods.block import (
+    BlockConfig,
+    BlockStats,
+    BlockTensors,
+    HeadLayout,
+    InputStats,
+    UnitScores,
+    not_a_linear_solver,
+    unit_means,
+)
 from toolkit.methods.compensation import SOLVE_DTYPE, damped_cholesky, with_damping
 from toolkit.sparsity import Structured
 from toolkit.spec import Unit

@@ -26,8 +26,16 @@ import torch
 from torch import Tensor
 
 from toolkit.methods.base import MethodSpec, Produces, Scope, SolveContext, option
-from toolkit.methods.block import (COMPENSATIONS, BlockConfig, BlockStats, BlockTensors, HeadLayout, UnitScores,
-                                   not_a_linear_solver, unit_means)
+from toolkit.methods.block import (
+    COMPENSATIONS,
+    BlockConfig,
+    BlockStats,
+    BlockTensors,
+    HeadLayout,
+    UnitScores,
+    not_a_linear_solver,
+    unit_means,
+)
 from toolkit.sparsity import Structured
 from toolkit.spec import Unit
 
