@@ -120,7 +120,10 @@ def prune_blocks(
     ``windows`` (num, seq) are the calibration tokens; ``compression.sparsity`` must be
     :class:`Structured` (ρ = fraction of the candidate units' parameters to remove) and
     ``compression.unit`` picks heads, channels or both (None: both). ``on_structure`` receives the
-    JSON-able per-layer structure once every layer is done. Raises :class:`ToolkitError` on bad
+    JSON-able per-layer structure once every layer is done. Of ``cfg`` it uses ``device``,
+    ``batch_size``, ``error_windows`` and ``restore_on_failure`` (scoring always propagates dense
+    activations; the method's ``grams`` option plays the role of ``propagate`` for compensation).
+    Raises :class:`ToolkitError` on bad
     input (unknown family, missing unit, a ratio that would empty a layer), :class:`RunCancelled`
     on a cancel.
     """
