@@ -123,9 +123,8 @@ def prune_blocks(
     JSON-able per-layer structure once every layer is done. Of ``cfg`` it uses ``device``,
     ``batch_size``, ``error_windows`` and ``restore_on_failure`` (scoring always propagates dense
     activations; the method's ``grams`` option plays the role of ``propagate`` for compensation).
-    Raises :class:`ToolkitError` on bad
-    input (unknown family, missing unit, a ratio that would empty a layer), :class:`RunCancelled`
-    on a cancel.
+    Raises :class:`ToolkitError` on bad input (unknown family, missing unit, a ratio that would
+    empty a layer), :class:`RunCancelled` on a cancel; either way the model is restored.
     """
     from toolkit.engine import resolve_device  # lazy: the engine imports this module
 
