@@ -223,3 +223,68 @@ def event_from_dict(data: dict[str, Any]) -> Event:
             value = data[f.name]
             kwargs[f.name] = math.nan if value is None and f.type == "float" else value
     return cls(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Block-scope (structured) runs: numerical, flap, wanda-sp, magnitude-sp (toolkit.block_engine). A block run emits
+# LayerScored per layer (pass 1), one GlobalRanking, then per layer LayerStarted, SublayerPruned per replaced Linear,
+# UnitsRemoved per kind and LayerDone (pass 2).
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LayerScored(Event):
+    """Pass 1 scored decoder layer ``layer``: head-unit scores and quantiles (0, .25, .5, .75, 1) of channel scores."""
+
+    kind: ClassVar[str] = "LayerScored"
+    layer: int
+    num_layers: int
+    head_scores: list[float]
+    channel_quantiles: list[float]
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalRanking(Event):
+    """One ranking of every candidate unit of every layer; units scoring ≤ ``threshold`` were removed.
+
+    ``scores`` is a sorted subsample (≤ 256 points) of the ranking scores; ``ratio`` asked for,
+    ``achieved_ratio`` = ``params_removed`` / ``params_total`` over the candidate units.
+    """
+
+    kind: ClassVar[str] = "GlobalRanking"
+    method: str
+    allocation: str
+    ratio: float
+    achieved_ratio: float
+    threshold: float
+    scores: list[float]
+    heads_removed: int
+    heads_total: int
+    channels_removed: int
+    channels_total: int
+    params_removed: int
+    params_total: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnitsRemoved(Event):
+    """Layer ``layer`` lost ``removed`` of its ``kept + removed`` units of one ``unit`` kind.
+
+    ``unit`` is "heads" (query heads), "kv_heads" or "channels"; params count the weights and biases
+    of the modules of that kind (attention: q, k, v, o; MLP: gate, up, down). ``rel_error`` is the
+    o_proj/down_proj output error after compensation, ``rel_error_uncompensated`` after plain removal.
+    """
+
+    kind: ClassVar[str] = "UnitsRemoved"
+    layer: int
+    unit: str
+    kept: int
+    removed: int
+    params_before: int
+    params_after: int
+    rel_error: float
+    rel_error_uncompensated: float
+
+
+EVENT_TYPES.update({cls.kind: cls for cls in (LayerScored, GlobalRanking, UnitsRemoved)})

@@ -116,7 +116,9 @@ def _load_tiny(family: str, seed: int = 0) -> LoadedModel:
 def _load_dir(path: Path, trust_remote_code: bool) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(
+    from toolkit.shrunk import is_shrunk, load_shrunk  # heads/channels removed per layer (structured pruning)
+
+    model = load_shrunk(path) if is_shrunk(path) else AutoModelForCausalLM.from_pretrained(
         path, use_safetensors=True, dtype=torch.float32, trust_remote_code=trust_remote_code
     )
     codec = ByteCodec() if (path / BYTES_MARKER).exists() else HFCodec(AutoTokenizer.from_pretrained(path))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from toolkit.methods import awp, awq, fista, gptq, magnitude, rtn, sparsegpt, thanos, two_stage, wanda
+from toolkit.methods import (
+    awp, awq, fista, gptq, magnitude, numerical, rtn, sparsegpt, structured_scores, thanos, two_stage, wanda,
+)
 from toolkit.methods.base import LinearStats, MethodSpec, PruneResult, SolveContext, Stat
 from toolkit.methods.registry import build_registry, lookup
 
@@ -19,6 +21,10 @@ METHODS: dict[str, MethodSpec] = build_registry(
         awp.SPEC,
         two_stage.WANDA_AWQ,
         two_stage.AWQ_WANDA,
+        numerical.SPEC,
+        structured_scores.FLAP,
+        structured_scores.WANDA_SP,
+        structured_scores.MAGNITUDE_SP,
     )
 )
 
