@@ -78,12 +78,25 @@ def _by_hand(model: torch.nn.Module, context: list[int], continuation: list[int]
 def test_scores_are_sums_of_token_logprobs_and_padding_changes_nothing(tiny) -> None:
     from toolkit.zeroshot_harness import CodecLM
 
-    pairs = [("The sky is", " blue"), ("Question: 2+2?\nAnswer:", " four"), ("A", " much longer continuation here")]
+    pairs = [("The sky is", " blue"), ("Question: 2+2?\nAnswer:", " four"), ("A", " much longer continuation here"),
+             ("The sky is", " b"), ("The sky is", " r")]  # the last two share one model input
     batched = CodecLM(tiny.model, tiny.codec, batch_size=8).loglikelihood([_Request(*p) for p in pairs])
     single = CodecLM(tiny.model, tiny.codec, batch_size=1).loglikelihood([_Request(*p) for p in pairs])
     for (context, continuation), (score, _), (alone, _) in zip(pairs, batched, single, strict=True):
         expected = _by_hand(tiny.model, list(context.encode()), list(continuation.encode()))
         assert score == pytest.approx(expected, abs=1e-4) and alone == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.parametrize("family", ["opt", "gpt2", "qwen2"])
+def test_shared_context_scores_on_other_families(family: str) -> None:
+    from toolkit.zeroshot_harness import CodecLM
+
+    loaded = load_model(f"tiny-{family}")
+    pairs = [("Q: colour?\nA:", " blue"), ("Q: colour?\nA:", " red"), ("Q: colour?\nA:", " a long green")]
+    scores = CodecLM(loaded.model, loaded.codec).loglikelihood([_Request(*p) for p in pairs])
+    for (context, continuation), (score, _) in zip(pairs, scores, strict=True):
+        expected = _by_hand(loaded.model, list(context.encode()), list(continuation.encode()))
+        assert score == pytest.approx(expected, abs=1e-4)
 
 
 def test_rolling_and_generate_until(tiny) -> None:

@@ -14,8 +14,10 @@ token), and scores like HFLM's ``_loglikelihood_tokens``::
     input   c0 c1 c2 c3   k0 k1           (the last token is never an input)
     scored           c3 → k0, k0 → k1, k1 → k2   (log p of each continuation token, summed)
 
-Batches hold requests of similar length (sorted, longest first), right-padded with an
-attention mask, so padding never changes a score. ``tests/test_zeroshot.py`` checks the
+Answer choices share their context: it runs once (with ``logits_to_keep=1``) and all the
+continuations run in one batch over its KV cache. Other requests run in batches of similar
+length (longest first), right-padded with an attention mask, so padding never changes a score.
+``tests/test_zeroshot.py`` checks the scores by hand on every tiny family and the
 loglikelihoods against HFLM on the same model.
 
 :class:`LocalTask` is lm-eval's ``ConfigurableTask`` whose ``dataset_path`` is a local
@@ -26,6 +28,7 @@ This module imports lm-eval at the top: import it only inside functions (:mod:`t
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -59,6 +62,8 @@ class CodecLM(TemplateLM):
         self.max_length = context_limit(model)
         self.progress = progress or (lambda done, total: None)
         self.truncated = 0  # requests cut from the left to fit max_length
+        # the context pass needs only its last position's logits (skips the LM head elsewhere)
+        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     @property
     def eot_token_id(self) -> int:
@@ -86,29 +91,70 @@ class CodecLM(TemplateLM):
 
     def _loglikelihood_tokens(self, requests: list[Request], disable_tqdm: bool = False,
                               **kwargs: Any) -> list[tuple[float, bool]]:
-        """(sum log p(continuation | context), continuation is the greedy one) per request, in order."""
-        order = sorted(range(len(requests)), key=lambda i: -(len(requests[i][1]) + len(requests[i][2])))
+        """(sum log p(continuation | context), continuation is the greedy one) per request, in order.
+
+        Requests that share a context (the answer choices of one question) run the context once
+        and then all continuations in one batch over its KV cache; the others run in batches.
+        """
+        rows = [self._row(context, continuation) for _, context, continuation in requests]
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, (inp, cont) in enumerate(rows):
+            groups.setdefault(tuple(inp[: len(inp) - len(cont) + 1]), []).append(i)
+        shared = {prefix: members for prefix, members in groups.items() if len(members) > 1 and prefix}
+        alone = sorted((i for prefix, members in groups.items() if prefix not in shared for i in members),
+                       key=lambda i: -len(rows[i][0]))
         results: list[tuple[float, bool]] = [(0.0, False)] * len(requests)
         done = 0
         self.progress(0, len(requests))
-        for batch in self._batches(order, requests):
-            rows = [self._row(requests[i][1], requests[i][2]) for i in batch]
-            for i, score in zip(batch, self._score(rows), strict=True):
+        for prefix, members in shared.items():
+            for i, score in zip(members, self._shared_prefix(prefix, [rows[i][1] for i in members]), strict=True):
                 results[i] = score
+            done += len(members)
+            self.progress(done, len(requests))
+        for batch in self._batches([len(rows[i][0]) for i in alone]):
+            logits = self._logits([rows[alone[b]][0] for b in batch])
+            for r, b in enumerate(batch):
+                results[alone[b]] = _continuation_score(logits[r], len(rows[alone[b]][0]), rows[alone[b]][1])
             done += len(batch)
             self.progress(done, len(requests))
         return results
 
-    def _batches(self, order: list[int], requests: list[Request]) -> list[list[int]]:
-        """Consecutive requests (longest first) while batch_size and the padded-token budget allow."""
+    def _shared_prefix(self, prefix: tuple[int, ...], continuations: list[list[int]]) -> list[tuple[float, bool]]:
+        """Score continuations after one common prefix: one pass over it, one batched pass after it."""
+        device = next(self.model.parameters()).device
+        keep = {"logits_to_keep": 1} if self._keeps_logits else {}
+        with torch.no_grad():
+            out = self.model(input_ids=torch.tensor([prefix], device=device), use_cache=True, **keep)
+            first = out.logits[0, -1:]
+            suffixes = [c[:-1] for c in continuations]
+            width = max(len(s) for s in suffixes)
+            rest = None
+            if width:
+                past = out.past_key_values
+                past.batch_repeat_interleave(len(suffixes))
+                ids = torch.zeros((len(suffixes), width), dtype=torch.long)
+                mask = torch.zeros((len(suffixes), len(prefix) + width), dtype=torch.long)
+                mask[:, : len(prefix)] = 1
+                for r, suffix in enumerate(suffixes):
+                    ids[r, : len(suffix)] = torch.tensor(suffix, dtype=torch.long)
+                    mask[r, len(prefix): len(prefix) + len(suffix)] = 1
+                rest = self.model(input_ids=ids.to(device), attention_mask=mask.to(device), past_key_values=past,
+                                  use_cache=True).logits
+        scores = []
+        for r, cont in enumerate(continuations):
+            logits = first if rest is None else torch.cat([first, rest[r, : len(cont) - 1]])
+            scores.append(_continuation_score(logits, len(cont), cont))
+        return scores
+
+    def _batches(self, widths: list[int]) -> list[list[int]]:
+        """Consecutive inputs (longest first) while batch_size and the padded-token budget allow."""
         batches: list[list[int]] = []
-        width = 0  # padded length of the current batch: its first (longest) request
-        for i in order:
-            if batches and len(batches[-1]) < self.batch_size and (len(batches[-1]) + 1) * width <= TOKENS_PER_BATCH:
+        for i in range(len(widths)):
+            if batches and len(batches[-1]) < self.batch_size and \
+                    (len(batches[-1]) + 1) * widths[batches[-1][0]] <= TOKENS_PER_BATCH:
                 batches[-1].append(i)
             else:
                 batches.append([i])
-                width = min(len(requests[i][1]) + len(requests[i][2]) - 1, self.max_length)
         return batches
 
     def _row(self, context: list[int], continuation: list[int]) -> tuple[list[int], list[int]]:
@@ -118,23 +164,17 @@ class CodecLM(TemplateLM):
             self.truncated += 1
         return (context + continuation)[-(self.max_length + 1):][:-1], continuation[-self.max_length:]
 
-    def _score(self, rows: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
+    def _logits(self, inputs: Sequence[tuple[int, ...]]) -> torch.Tensor:
+        """(batch, longest, vocab) logits of right-padded inputs (the mask hides the padding)."""
         device = next(self.model.parameters()).device
-        width = max(len(inp) for inp, _ in rows)
-        ids = torch.zeros((len(rows), width), dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for r, (inp, _) in enumerate(rows):
+        width = max(len(inp) for inp in inputs)
+        ids = torch.zeros((len(inputs), width), dtype=torch.long)
+        mask = torch.zeros((len(inputs), width), dtype=torch.long)
+        for r, inp in enumerate(inputs):
             ids[r, : len(inp)] = torch.tensor(inp)
             mask[r, : len(inp)] = 1
         with torch.no_grad():
-            logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).logits
-        scores = []
-        for r, (inp, cont) in enumerate(rows):
-            logprobs = F.log_softmax(logits[r, len(inp) - len(cont): len(inp)].float(), dim=-1)
-            target = torch.tensor(cont, device=logprobs.device)
-            greedy = bool((logprobs.argmax(dim=-1) == target).all())
-            scores.append((float(logprobs.gather(1, target[:, None]).sum()), greedy))
-        return scores
+            return self.model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).logits
 
     def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
         """Log-likelihood of whole strings in disjoint windows, each token predicted once (as HFLM)."""
@@ -163,6 +203,14 @@ class CodecLM(TemplateLM):
             outputs.append(text)
             self.progress(n + 1, len(requests))
         return outputs
+
+
+def _continuation_score(logits: torch.Tensor, length: int, continuation: list[int]) -> tuple[float, bool]:
+    """Sum of the continuation's log-probs, read at the last ``len(continuation)`` positions of the input."""
+    logprobs = F.log_softmax(logits[length - len(continuation): length].float(), dim=-1)
+    target = torch.tensor(continuation, device=logprobs.device)
+    greedy = bool((logprobs.argmax(dim=-1) == target).all())
+    return float(logprobs.gather(1, target[:, None]).sum()), greedy
 
 
 def _has_stop(codec: TextCodec, stops: list[str], ids: list[int]) -> bool:
