@@ -22,6 +22,7 @@ from torch import nn
 
 from toolkit.errors import ToolkitError
 from toolkit.events import TaskScore
+from toolkit.generate import context_limit
 from toolkit.tokenizers import TextCodec
 from toolkit.zeroshot_tasks import LOCAL, TaskSpec, local_config, resolve_tasks, stock_folder
 
@@ -118,7 +119,8 @@ def evaluate_tasks(
                 results.append(_run_task(lm, spec, limit))
     finally:
         model.to(home).train(was_training)
-    return ZeroShotResult(tuple(results), limit, _protocol(codec, device, limit))
+    protocol = {**_protocol(codec, device, limit), "max_context": context_limit(model)}
+    return ZeroShotResult(tuple(results), limit, protocol)
 
 
 def _specs(tasks: Sequence[str] | Sequence[TaskSpec] | str) -> tuple[TaskSpec, ...]:
