@@ -81,6 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seqlen", type=int, default=512)
     e.add_argument("--windows", default=None)
     e.add_argument("--device", default="auto")
+    # zero-shot accuracy (toolkit/zeroshot.py)
+    e.add_argument("--tasks", default=None, help="zero-shot tasks, e.g. boolq,rte,hellaswag,winogrande,arc_easy,"
+                                                 "arc_challenge,openbookqa (lm-eval, 0 shots)")
+    e.add_argument("--limit", type=int, default=None, help="score only the first N examples of each task")
+    e.add_argument("--task-data", default="auto", choices=("auto", "local", "hub"),
+                   help="auto: lm-eval's stock tasks when the hub is reachable, else the local validation copies")
+    e.add_argument("--json", default=None, help="write perplexity, protocol and zero_shot to this file")
+    # greedy generation (toolkit/generate.py)
+    g = sub.add_parser("generate", help="greedy (deterministic) text from a model, with tokens/s")
+    g.add_argument("--model", default="smollm2-135m")
+    g.add_argument("--prompt", action="append", default=None, help="repeatable; default: the fixed comparison prompts")
+    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--device", default="auto")
+    g.add_argument("--json", default=None, help="write the texts and the protocol to this file")
     m = sub.add_parser("methods", help="methods, their options and the sparsity patterns they support")
     m.add_argument("--json", action="store_true")
     r = sub.add_parser("runs", help="list the run store")
@@ -101,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _eval(args)
         if args.command == "methods":
             return _methods(args)
+        if args.command == "generate":
+            return _generate(args)
         return _runs(args)
     except ToolkitError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -158,12 +174,61 @@ def _summary(result: dict[str, Any]) -> None:
 
 def _eval(args: argparse.Namespace) -> int:
     from toolkit.api import evaluate_model
+    from toolkit.cli_zeroshot import check_zero_shot_args
 
+    specs = check_zero_shot_args(args.tasks, args.limit, args.task_data)  # before any model loads
     value, protocol = evaluate_model(args.model, data=args.data, seq_len=args.seqlen,
                                      max_windows=_windows(args.windows), device=args.device)
     print(f"ppl ({args.data}, seqlen {args.seqlen}, {protocol['windows']} windows, {protocol['tokens']} tokens): "
           f"{value:.3f}" if math.isfinite(value) else "ppl: not finite")
+    zero_shot = _zero_shot(args, specs) if specs else None
+    if args.json:
+        _write_json(args.json, {"model": protocol["model"], "ppl": {args.data: value if math.isfinite(value) else None},
+                                "protocol": protocol, **({"zero_shot": zero_shot} if zero_shot else {})})
     return 0
+
+
+def _zero_shot(args: argparse.Namespace, specs: tuple) -> dict[str, Any]:
+    from toolkit.cli_zeroshot import TaskProgress, zero_shot_table
+    from toolkit.engine import resolve_device
+    from toolkit.models import load_model
+    from toolkit.zeroshot import evaluate_tasks
+
+    loaded = load_model(args.model)
+    progress = TaskProgress()
+    try:
+        result = evaluate_tasks(loaded.model, loaded.codec, specs, args.limit, resolve_device(args.device), progress)
+    finally:
+        progress.close()
+    print(zero_shot_table(result, loaded.name))
+    return result.to_dict()
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from toolkit.cli_zeroshot import generation_json, generation_report
+    from toolkit.engine import resolve_device
+    from toolkit.generate import DEFAULT_PROMPTS, generate, protocol
+    from toolkit.models import load_model
+
+    if args.max_new_tokens < 1:
+        raise ToolkitError(f"--max-new-tokens must be ≥ 1, got {args.max_new_tokens}")
+    prompts = args.prompt or list(DEFAULT_PROMPTS)
+    if not all(p.strip() for p in prompts):
+        raise ToolkitError("a --prompt is empty: give some text")
+    device = resolve_device(args.device)
+    loaded = load_model(args.model)
+    generations = generate(loaded.model, loaded.codec, prompts, args.max_new_tokens, device)
+    print(generation_report(generations))
+    if args.json:
+        _write_json(args.json, generation_json(generations, protocol(loaded.codec, args.max_new_tokens, device,
+                                                                     loaded.model), loaded))
+    return 0
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2)
+    print(f"result written to {path}")
 
 
 def _methods(args: argparse.Namespace) -> int:

@@ -288,3 +288,38 @@ class UnitsRemoved(Event):
 
 
 EVENT_TYPES.update({cls.kind: cls for cls in (LayerScored, GlobalRanking, UnitsRemoved)})
+
+
+# ---- Evaluation as events (zero-shot accuracy and evaluation progress) -----------------------------
+# One contiguous block: appended here so other blocks can be appended after it without conflicts.
+
+
+@dataclass(frozen=True, slots=True)
+class EvalProgress(Event):
+    """Evaluation advanced: ``phase`` is "dense" or "pruned", ``what`` is "perplexity" or a task name.
+
+    ``done``/``total`` count windows for perplexity and scored requests (one per answer choice)
+    for a zero-shot task.
+    """
+
+    kind: ClassVar[str] = "EvalProgress"
+    phase: str
+    what: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskScore(Event):
+    """A zero-shot score: ``which`` is "dense" or "pruned", ``metric`` "acc" or "acc_norm" (0 shots)."""
+
+    kind: ClassVar[str] = "TaskScore"
+    which: str
+    task: str
+    metric: str
+    value: float
+    examples: int
+    split: str
+
+
+EVENT_TYPES.update({cls.kind: cls for cls in (EvalProgress, TaskScore)})
