@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from toolkit.block_capture import gather_block_stats
 from toolkit.block_report import LayerOutcome, global_ranking_event, layer_events, layer_record, layer_scored_event
-from toolkit.capture import LayerInputs, capture_layer0, run_layer
+from toolkit.capture import LayerInputs, capture_layer_inputs, run_layer
 from toolkit.errors import NumericalError, RunCancelled, ToolkitError
 from toolkit.events import Event, LayerDone, LayerStarted, RunWarning, SublayerPruned
 from toolkit.methods.base import MethodSpec, SolveContext
@@ -137,8 +137,8 @@ def prune_blocks(
     start = time.perf_counter()
     try:
         with torch.no_grad():
-            inputs = capture_layer0(model, layers, windows, run.device, cfg.batch_size)
-            check = inputs if method_cfg.grams == "sequential" else capture_layer0(
+            inputs = capture_layer_inputs(model, layers, windows, run.device, cfg.batch_size)
+            check = inputs if method_cfg.grams == "sequential" else capture_layer_inputs(
                 model, layers, windows[: cfg.error_windows], run.device, cfg.batch_size)
             candidates = []
             for i in range(len(views)):
@@ -222,7 +222,7 @@ def _score_layer(
     groups = None if layout.owns_kv else units // view.n_rep
     run.emit(layer_scored_event(index, len(views), scores, time.perf_counter() - t0))
     # dense activations propagate (the notes' default for scoring)
-    return LayerCandidates(scores, head_cost, channel_cost, groups), inputs.replace_hidden(outputs)
+    return LayerCandidates(scores, head_cost, channel_cost, groups), inputs.next_layer(outputs)
 
 
 def _edit(run: _BlockRun, index: int, view: BlockView, stats: BlockStats, allocation: Allocation) -> tuple:
@@ -290,7 +290,7 @@ def _apply_layer(
             run.result.layers.append(event.to_dict())
         run.emit(event)
     run.emit(LayerDone(layer=index, num_layers=len(views), output_rel_error=error, seconds=time.perf_counter() - t0))
-    return layer_record(index, view, record), inputs.replace_hidden(pruned)
+    return layer_record(index, view, record), inputs.next_layer(pruned)
 
 
 def _install(run: _BlockRun, view: BlockView, edit: LayerEdit) -> dict:
