@@ -18,6 +18,8 @@ from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.evaluate import perplexity
 from toolkit.events import EvalPoint, Event, RunFailed, RunFinished, RunStarted
 from toolkit.export import save_checkpoint
+from toolkit.methods.base import Scope
+from toolkit.shrunk import save_shrunk
 from toolkit.methods import MethodSpec, get_method
 from toolkit.models import LoadedModel, decoder_layers, load_model
 from toolkit.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl, versions
@@ -126,7 +128,8 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
                          seq_len=config.eval_seqlen, windows=int(run.test.shape[0]), tokens=int(run.test.numel())))
     accounting = account(model, before, result.kept, result.quant)
     if config.save_model:
-        saved = save_checkpoint(model, run.loaded.codec, writer.path / "model")
+        save = save_shrunk if run.spec.scope is Scope.BLOCK else save_checkpoint  # per-layer shapes need their file
+        saved = save(model, run.loaded.codec, writer.path / "model")
         accounting = dataclasses.replace(accounting, checkpoint_bytes=folder_bytes(saved))
     summary = _result(config, run, result, accounting, ppl, dense_ppl)
     summary.update(run_id=writer.run_id, run_dir=str(writer.path))
