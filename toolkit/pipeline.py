@@ -18,13 +18,13 @@ from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.evaluate import perplexity
 from toolkit.events import EvalPoint, Event, RunFailed, RunFinished, RunStarted
 from toolkit.export import save_checkpoint
-from toolkit.methods.base import Scope
-from toolkit.shrunk import save_shrunk
 from toolkit.methods import MethodSpec, get_method
+from toolkit.methods.base import Scope
 from toolkit.models import LoadedModel, decoder_layers, load_model
 from toolkit.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl, versions
 from toolkit.quant import QuantState
 from toolkit.runs import SCHEMA, RunWriter, StoredQuant
+from toolkit.shrunk import save_shrunk
 
 Progress = Callable[[str, int, int], None]
 BOS_FAMILIES = ("gemma", "gemma2", "gemma3", "gemma3_text")
