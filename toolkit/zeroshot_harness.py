@@ -164,14 +164,14 @@ class CodecLM(TemplateLM):
             self.truncated += 1
         return (context + continuation)[-(self.max_length + 1):][:-1], continuation[-self.max_length:]
 
-    def _logits(self, inputs: Sequence[tuple[int, ...]]) -> torch.Tensor:
+    def _logits(self, inputs: Sequence[Sequence[int]]) -> torch.Tensor:
         """(batch, longest, vocab) logits of right-padded inputs (the mask hides the padding)."""
         device = next(self.model.parameters()).device
         width = max(len(inp) for inp in inputs)
         ids = torch.zeros((len(inputs), width), dtype=torch.long)
         mask = torch.zeros((len(inputs), width), dtype=torch.long)
         for r, inp in enumerate(inputs):
-            ids[r, : len(inp)] = torch.tensor(inp)
+            ids[r, : len(inp)] = torch.tensor(list(inp))
             mask[r, : len(inp)] = 1
         with torch.no_grad():
             return self.model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).logits
