@@ -141,6 +141,25 @@ def unit_means(channel_scores: Tensor, layout: HeadLayout) -> Tensor:
     return sums / counts
 
 
+def column_unit_scores(
+    tensors: BlockTensors, stats: BlockStats, layout: HeadLayout,
+    column_score: Callable[[str, Tensor, InputStats], Tensor],
+) -> UnitScores:
+    """Unit scores from per-input-column scores of o_proj and down_proj.
+
+    ``column_score(role, W, stats)`` scores every input column of the linear ``role`` ("o" or
+    "down"); o_proj's column scores are averaged into head units (:func:`unit_means`), down_proj's
+    are the MLP channel scores. A kind without statistics is not scored (None).
+    """
+    heads = head_channels = channels = None
+    if stats.attn is not None:
+        head_channels = column_score("o", tensors["o"], stats.attn)
+        heads = unit_means(head_channels, layout)
+    if stats.mlp is not None:
+        channels = column_score("down", tensors["down"], stats.mlp)
+    return UnitScores(heads=heads, channels=channels, head_channels=head_channels)
+
+
 ScoreFn = Callable[[BlockTensors, BlockStats, HeadLayout, float, Any, Any], UnitScores]
 
 

@@ -39,8 +39,8 @@ from toolkit.methods.block import (
     HeadLayout,
     InputStats,
     UnitScores,
+    column_unit_scores,
     not_a_linear_solver,
-    unit_means,
 )
 from toolkit.methods.compensation import SOLVE_DTYPE, damped_cholesky, with_damping
 from toolkit.sparsity import Structured
@@ -132,13 +132,8 @@ def score(
 ) -> UnitScores:
     """Head-unit scores (mean of o_proj channel scores) and MLP channel scores of one layer."""
     not_a_linear_solver("numerical")(tensors)
-    heads = head_channels = channels = None
-    if stats.attn is not None:
-        head_channels = channel_scores(tensors["o"], stats.attn, ratio, cfg, _named(ctx, "o"))
-        heads = unit_means(head_channels, layout)
-    if stats.mlp is not None:
-        channels = channel_scores(tensors["down"], stats.mlp, ratio, cfg, _named(ctx, "down"))
-    return UnitScores(heads=heads, channels=channels, head_channels=head_channels)
+    return column_unit_scores(tensors, stats, layout,
+                              lambda role, W, s: channel_scores(W, s, ratio, cfg, _named(ctx, role)))
 
 
 def _named(ctx: SolveContext | None, role: str) -> SolveContext:

@@ -33,8 +33,8 @@ from toolkit.methods.block import (
     BlockTensors,
     HeadLayout,
     UnitScores,
+    column_unit_scores,
     not_a_linear_solver,
-    unit_means,
 )
 from toolkit.sparsity import Structured
 from toolkit.spec import Unit
@@ -107,13 +107,7 @@ def wanda_sp_score(
 ) -> UnitScores:
     """Wanda-sp column scores of o_proj (averaged into head units) and down_proj."""
     not_a_linear_solver("wanda-sp")(tensors)
-    heads = head_channels = channels = None
-    if stats.attn is not None:
-        head_channels = _wanda_columns(tensors["o"], stats.attn.gram)
-        heads = unit_means(head_channels, layout)
-    if stats.mlp is not None:
-        channels = _wanda_columns(tensors["down"], stats.mlp.gram)
-    return UnitScores(heads=heads, channels=channels, head_channels=head_channels)
+    return column_unit_scores(tensors, stats, layout, lambda role, W, s: _wanda_columns(W, s.gram))
 
 
 def flap_score(
@@ -122,13 +116,7 @@ def flap_score(
 ) -> UnitScores:
     """FLAP fluctuation metric of o_proj columns (averaged into head units) and down_proj columns."""
     not_a_linear_solver("flap")(tensors)
-    heads = head_channels = channels = None
-    if stats.attn is not None:
-        head_channels = _fluctuation_columns(tensors["o"], stats.attn.gram, stats.attn.mean)
-        heads = unit_means(head_channels, layout)
-    if stats.mlp is not None:
-        channels = _fluctuation_columns(tensors["down"], stats.mlp.gram, stats.mlp.mean)
-    return UnitScores(heads=heads, channels=channels, head_channels=head_channels)
+    return column_unit_scores(tensors, stats, layout, lambda role, W, s: _fluctuation_columns(W, s.gram, s.mean))
 
 
 def _spec(name: str, fn: object, config: type, summary: str) -> MethodSpec:
