@@ -33,13 +33,7 @@ class ProgressView:
 
     def on_progress(self, stage: str, done: int, total: int) -> None:
         """Evaluation progress (windows scored)."""
-        bar = self._eval.get(stage)
-        if bar is None:
-            bar = self._eval[stage] = tqdm(total=total, desc=stage, unit="window", leave=False)
-        bar.n = done
-        bar.refresh()
-        if done >= total:
-            bar.close()
+        advance_bar(self._eval, stage, done, total, "window")
 
     def close(self) -> None:
         """Close every bar."""
@@ -71,3 +65,14 @@ def layer_table(result: dict[str, Any]) -> str:
         mean_bits = f"  {sum(bits[layer]) / len(bits[layer]):.3f}" if bits.get(layer) else ""
         lines.append(f"{layer:>5} {cells}  {sum(sparsity[layer]) / len(sparsity[layer]):.4f}{mean_bits}")
     return "\n".join(lines)
+
+
+def advance_bar(bars: dict[str, tqdm], key: str, done: int, total: int, unit: str) -> None:
+    """Set ``bars[key]`` (created on first use) to ``done`` of ``total``; close it when complete."""
+    bar = bars.get(key)
+    if bar is None:
+        bar = bars[key] = tqdm(total=total, desc=key, unit=unit, leave=False)
+    bar.n = done
+    bar.refresh()
+    if done >= total:
+        bar.close()

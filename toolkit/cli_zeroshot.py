@@ -8,6 +8,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from toolkit.cli_view import advance_bar
 from toolkit.errors import ToolkitError
 from toolkit.generate import Generation
 from toolkit.zeroshot import ZeroShotResult, check_limit
@@ -32,13 +33,7 @@ class TaskProgress:
 
     def __call__(self, task: str, done: int, total: int) -> None:
         """Advance ``task``'s bar (the callback of :func:`toolkit.zeroshot.evaluate_tasks`)."""
-        bar = self._bars.get(task)
-        if bar is None:
-            bar = self._bars[task] = tqdm(total=total, desc=task, unit="req", leave=False)
-        bar.n = done
-        bar.refresh()
-        if done >= total:
-            bar.close()
+        advance_bar(self._bars, task, done, total, "req")
 
     def close(self) -> None:
         """Close every bar."""
