@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from toolkit.api import RunConfig, prune_model  # noqa: E402
+from toolkit.api import RunConfig, prune_model
 
 
 def parse_run(text: str) -> tuple[str, str, dict[str, str]]:

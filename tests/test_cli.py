@@ -104,7 +104,7 @@ def test_failed_run_is_marked_failed(tmp_path: Path) -> None:
 
     original = pipeline.load_model
 
-    def broken(name: str):  # noqa: ANN202
+    def broken(name: str):
         loaded = original(name)
         loaded.model.model.layers[1].mlp.up_proj.weight.data[0, 0] = float("nan")
         return loaded

@@ -160,7 +160,7 @@ def _shrink_mlp(parent: nn.Module, keep: torch.Tensor, writeback: WriteBack) -> 
 def _fake_block_engine(fail: bool = False) -> types.ModuleType:
     module = types.ModuleType("toolkit.block_engine")
 
-    def prune_blocks(model, windows, spec, compression, method_cfg, *, cfg, emit, cancelled, writeback,  # noqa: ANN001, ANN202
+    def prune_blocks(model, windows, spec, compression, method_cfg, *, cfg, emit, cancelled, writeback,
                      on_structure):
         for index, layer in enumerate(decoder_layers(model)):
             width = layer.mlp.gate_proj.out_features

@@ -88,7 +88,7 @@ def test_propagate_dense_keeps_dense_inputs_and_differs_from_pruned() -> None:
 def _exploding(layer_to_fail: int) -> MethodSpec:
     base = get_method("magnitude")
 
-    def fn(W, stats, target, cfg, ctx):  # noqa: ANN001, ANN202
+    def fn(W, stats, target, cfg, ctx):
         if ctx.layer == layer_to_fail and ctx.name.endswith("up_proj"):
             raise ToolkitError("boom")
         return base.fn(W, stats, target, cfg, ctx)
@@ -125,7 +125,7 @@ def test_cross_statistics_for_methods_that_ask() -> None:
     base = get_method("magnitude")
     received: dict[str, object] = {}
 
-    def fn(W, stats, target, cfg, ctx):  # noqa: ANN001, ANN202
+    def fn(W, stats, target, cfg, ctx):
         received[f"{ctx.layer}.{ctx.name}"] = stats
         return base.fn(W, stats, target, cfg, ctx)
 

@@ -170,7 +170,7 @@ def run(config: RunConfig, cancel: CancelToken | None = None) -> Iterator[Event]
             execute(config, events.put, token, None)
         except (ToolkitError, RunCancelled) as exc:
             failure.append(exc)
-        except Exception as exc:  # noqa: BLE001 - reported to the consumer as RunFailed, never lost
+        except Exception as exc:  # reported to the consumer as RunFailed, never lost
             failure.append(exc)
         finally:
             events.put(done)

@@ -65,7 +65,7 @@ def _online_text(name: str, split: str) -> str:
         else:
             path, config, splits, column = ONLINE[name]
             texts = datasets.load_dataset(path, config, split=splits[split])[column]
-    except Exception as exc:  # noqa: BLE001 - datasets raises many kinds when offline
+    except Exception as exc:  # datasets raises many kinds when offline
         raise ToolkitError(
             f"could not fetch {name!r} from the Hugging Face hub ({type(exc).__name__}); "
             f"offline, use the embedded '{EMBEDDED_TEXT}' or a local text file"

@@ -75,7 +75,7 @@ def _check(model: nn.Module, states: dict[str, QuantState]) -> None:
                                "compressed-tensors needs whole groups (use a divisor or g0)")
 
 
-def _config(states: dict[str, QuantState]) -> Any:  # noqa: ANN401 - a compressed_tensors QuantizationConfig
+def _config(states: dict[str, QuantState]) -> Any:  # a compressed_tensors QuantizationConfig
     """One config group per distinct grid, targeting the linears by exact name."""
     from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationScheme
 

@@ -235,7 +235,7 @@ def build_config(cls: type, options: dict[str, Any], method: str) -> Any:
         raise ToolkitError(f"invalid options for {method}: {exc}") from None
 
 
-def option(default: Any, help: str, choices: tuple = ()) -> Any:  # noqa: A002 - dataclass field help
+def option(default: Any, help: str, choices: tuple = ()) -> Any:  # `help` names the dataclass field's help text
     """A config field with its help text (shown by ``python -m toolkit methods`` and the app)."""
     return field(default=default, metadata={"help": help, "choices": choices})
 
