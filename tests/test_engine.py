@@ -12,10 +12,9 @@ from toolkit.engine import EngineConfig, prune_layers
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import LayerDone, LayerStarted, SublayerPruned
 from toolkit.methods import get_method
-from toolkit.methods.base import MethodSpec, PruneResult, Stat
+from toolkit.methods.base import MethodSpec, Stat
 from toolkit.models import TINY_FAMILIES, decoder_layers, get_weight, layer_linears, load_model
 from toolkit.sparsity import NM, Unstructured
-
 
 
 def _windows(num: int = 4, seq: int = 32) -> torch.Tensor:

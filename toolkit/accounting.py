@@ -62,7 +62,8 @@ def account(
     quant: Mapping[LinearKey, QuantSpec],
 ) -> Accounting:
     """The accounting of ``model`` after a run, given the linear shapes ``before`` it, the weights
-    each linear's keep-mask kept and the grids of the quantized linears."""
+    each linear's keep-mask kept and the grids of the quantized linears.
+    """
     params_before = sum(rows * cols for rows, cols in before.values())
     params_after = nonzeros = 0
     bits_total = 0.0

@@ -89,7 +89,8 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (config.json, schema 2): the compression fields as their labels, plus
-        ``compression`` as data (label, kind, sparsity, quant, unit) and ``schema``."""
+        ``compression`` as data (label, kind, sparsity, quant, unit) and ``schema``.
+        """
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data.update(sparsity=None if self.sparsity is None else str(self.sparsity),
                     quant=None if self.quant is None else self.quant.label,
@@ -99,7 +100,8 @@ class RunConfig:
 
     def reuse_key(self) -> dict[str, Any]:
         """The fields that make two runs the same experiment (for sweep reuse; a schema-1 run, which
-        has no ``quant``/``unit``, matches when they are None)."""
+        has no ``quant``/``unit``, matches when they are None).
+        """
         data = self.to_dict()
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
                          "devices", "compression", "schema"):
@@ -126,7 +128,8 @@ class CancelToken:
 def list_methods() -> list[dict[str, Any]]:
     """Every registered method: name, summary, options (name/type/default/help/choices), the sparsity
     patterns it supports (``unstructured`` | ``nm`` | ``structured``), its scope (``linear`` |
-    ``block``), what it produces (``mask`` | ``quant`` | ``structure``), its structural units."""
+    ``block``), what it produces (``mask`` | ``quant`` | ``structure``), its structural units.
+    """
     return [
         {"name": spec.name, "summary": spec.summary, "options": spec.describe_options(),
          "patterns": [TARGET_KINDS[t] for t in spec.targets if t in TARGET_KINDS],

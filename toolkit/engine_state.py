@@ -19,8 +19,8 @@ from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import Event
 from toolkit.methods.base import MethodSpec, Stat
 from toolkit.quant import QuantState
-from toolkit.spec import Compression, QuantSpec
 from toolkit.sparsity import Target
+from toolkit.spec import Compression, QuantSpec
 from toolkit.writeback import WriteBack
 
 LinearKey = tuple[int, str]  # (decoder layer, qualified linear name inside it)
@@ -64,7 +64,8 @@ class EngineConfig:
 @dataclass
 class EngineResult:
     """What the engine measured: per-linear records, weights kept per linear (from the keep-masks),
-    the grids of the quantized linears, pruning seconds."""
+    the grids of the quantized linears, pruning seconds.
+    """
 
     layers: list[dict] = field(default_factory=list)
     kept: dict[LinearKey, int] = field(default_factory=dict)

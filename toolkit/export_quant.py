@@ -140,7 +140,7 @@ def _sizes(folder: Path, model: nn.Module, states: dict[str, QuantState]) -> dic
 
 
 def _dtype(name: str) -> torch.dtype:
-    """safetensors dtype string → torch dtype."""
+    """Safetensors dtype string → torch dtype."""
     table = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I32": torch.int32,
              "I64": torch.int64, "I8": torch.int8, "U8": torch.uint8, "F64": torch.float64}
     return table[name]

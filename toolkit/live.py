@@ -18,8 +18,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.events import (
-    BlockStep, EvalPoint, Event, LambdaStep, LayerDone, LayerStarted, RunFailed, RunFinished, RunStarted, RunWarning,
-    SolverStep, SublayerPruned,
+    BlockStep,
+    EvalPoint,
+    Event,
+    LambdaStep,
+    LayerDone,
+    LayerStarted,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    RunWarning,
+    SolverStep,
+    SublayerPruned,
 )
 
 TERMINAL = ("finished", "failed", "cancelled")

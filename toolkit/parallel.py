@@ -60,7 +60,8 @@ def resolve_devices(spec: str, main: torch.device, propagate: str,
 class Lane:
     """What one worker thread gets: its device, its own weight journal (merged into the run's at
     the end), a cancellation check that also fires when another worker failed, and ``serial``,
-    which wraps a sink (events, masks) so that calls from every lane happen one at a time."""
+    which wraps a sink (events, masks) so that calls from every lane happen one at a time.
+    """
 
     device: torch.device
     writeback: WriteBack

@@ -114,7 +114,8 @@ def capture_inputs(
     modules: dict[str, nn.Module], sink: Callable[[str, Tensor], None], stop_after: set[str] | None = None
 ) -> Iterator[None]:
     """Call ``sink(name, input)`` whenever a module runs; raise :class:`StopForward` once every
-    module in ``stop_after`` has run (early exit). Hooks are removed on exit."""
+    module in ``stop_after`` has run (early exit). Hooks are removed on exit.
+    """
     seen: set[str] = set()
 
     def make_hook(name: str) -> Callable:

@@ -52,7 +52,8 @@ class HFCodec:
     @cached_property
     def fingerprint(self) -> str:
         """sha256 of the full definition of a fast tokenizer (its tokenizer.json: vocabulary, merges,
-        normalizer, pre-tokenizer), else of its class and sorted vocabulary, plus the BOS id."""
+        normalizer, pre-tokenizer), else of its class and sorted vocabulary, plus the BOS id.
+        """
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         if backend is not None:
             definition = backend.to_str()

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from tests.conftest import correlated_stats
+from toolkit.engine import reconstruction_errors
+from toolkit.errors import NumericalError, ToolkitError
 from toolkit.events import RunWarning
 from toolkit.methods import METHODS, get_method
 from toolkit.methods.base import LinearStats, SolveContext, damped_cholesky_inverse
-from toolkit.errors import NumericalError, ToolkitError
-from toolkit.engine import reconstruction_errors
 from toolkit.sparsity import NM, Structured, Unstructured, nm_violations
 
 BASELINES = ("magnitude", "wanda", "sparsegpt")

@@ -67,7 +67,8 @@ class LinearStats:
 class SolveContext:
     """What a solver may do besides computing (emit events, honour cancellation), and the quantization
     grid to produce: ``quant`` is the run's :class:`~toolkit.spec.QuantSpec` (None when only pruning),
-    while the sparsity target is the solver's ``target`` argument (None when only quantizing)."""
+    while the sparsity target is the solver's ``target`` argument (None when only quantizing).
+    """
 
     layer: int = 0
     name: str = ""
@@ -144,7 +145,8 @@ class MethodSpec:
 
     def check(self, compression: Compression) -> None:
         """Raise a one-line :class:`ToolkitError` naming what the method supports when it cannot meet
-        ``compression`` (checked before the model loads)."""
+        ``compression`` (checked before the model loads).
+        """
         kinds = {Unstructured: "unstructured (50%)", NM: "n:m (2:4)", Structured: "structured (structured:30%)"}
         patterns = ", ".join(kinds[t] for t in self.targets if t in kinds) or "no sparsity pattern"
         if compression.sparsity is not None and not self.supports(compression.sparsity):
@@ -187,7 +189,7 @@ def _convert(raw: Any, tp: Any, name: str, method: str) -> Any:
             return float(raw)
         if tp is int and isinstance(raw, int) and not isinstance(raw, bool):
             return raw
-        if tp is bool and isinstance(raw, bool) or tp is str and isinstance(raw, str):
+        if (tp is bool and isinstance(raw, bool)) or (tp is str and isinstance(raw, str)):
             return raw
         raise ToolkitError(f"option {name} of {method} must be {_type_name(tp)}, got {raw!r}")
     text = raw.strip()

@@ -57,7 +57,13 @@ from toolkit.events import LambdaStep, SolverStep
 from toolkit.methods import magnitude, sparsegpt, wanda
 from toolkit.methods.base import SOLVER_DTYPE, LinearStats, MethodSpec, PruneResult, SolveContext, Stat, option
 from toolkit.methods.fista_solver import (
-    InnerSettings, Quadratic, build_quadratic, fista, meets_target, round_to_target, zero_fraction,
+    InnerSettings,
+    Quadratic,
+    build_quadratic,
+    fista,
+    meets_target,
+    round_to_target,
+    zero_fraction,
 )
 from toolkit.sparsity import NM, Target, Unstructured, validate_for_shape
 

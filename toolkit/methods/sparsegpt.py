@@ -18,8 +18,16 @@ import torch
 from torch import Tensor
 
 from toolkit.methods.base import (
-    SOLVER_DTYPE, LinearStats, MethodSpec, PruneResult, SolveContext, Stat,
-    damped_cholesky_inverse, option, structured_supported, zero_dead_inputs,
+    SOLVER_DTYPE,
+    LinearStats,
+    MethodSpec,
+    PruneResult,
+    SolveContext,
+    Stat,
+    damped_cholesky_inverse,
+    option,
+    structured_supported,
+    zero_dead_inputs,
 )
 from toolkit.sparsity import NM, Structured, Target, Unstructured, keep_columns, keep_nm, keep_topk_global
 

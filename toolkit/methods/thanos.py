@@ -64,11 +64,24 @@ from torch import Tensor
 from toolkit.errors import ToolkitError
 from toolkit.events import BlockStep
 from toolkit.methods.base import (
-    SOLVER_DTYPE, LinearStats, MethodSpec, PruneResult, SolveContext, Stat,
-    damped_cholesky_inverse, option, structured_supported, zero_dead_inputs,
+    SOLVER_DTYPE,
+    LinearStats,
+    MethodSpec,
+    PruneResult,
+    SolveContext,
+    Stat,
+    damped_cholesky_inverse,
+    option,
+    structured_supported,
+    zero_dead_inputs,
 )
 from toolkit.methods.thanos_update import (
-    ceil_count, multiweight_update, outlier_rows, residual_block_mask, row_scores, structured_update,
+    ceil_count,
+    multiweight_update,
+    outlier_rows,
+    residual_block_mask,
+    row_scores,
+    structured_update,
 )
 from toolkit.sparsity import NM, Structured, Target, Unstructured, keep_nm
 
