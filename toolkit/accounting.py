@@ -61,8 +61,10 @@ def account(
     model: nn.Module, before: Mapping[LinearKey, tuple[int, int]], kept: Mapping[LinearKey, int],
     quant: Mapping[LinearKey, QuantSpec],
 ) -> Accounting:
-    """The accounting of ``model`` after a run, given the linear shapes ``before`` it, the weights
-    each linear's keep-mask kept and the grids of the quantized linears.
+    """The accounting of ``model`` after a run.
+
+    Given the linear shapes ``before`` it, the weights each linear's keep-mask kept and the grids of the
+    quantized linears.
     """
     params_before = sum(rows * cols for rows, cols in before.values())
     params_after = nonzeros = 0

@@ -88,8 +88,10 @@ class RunConfig:
         return Compression(self.sparsity, self.quant, self.unit)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-data form (config.json, schema 2): the compression fields as their labels, plus
-        ``compression`` as data (label, kind, sparsity, quant, unit) and ``schema``.
+        """Plain-data form (config.json, schema 2).
+
+        The compression fields as their labels, plus ``compression`` as data (label, kind, sparsity, quant,
+        unit) and ``schema``.
         """
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data.update(sparsity=None if self.sparsity is None else str(self.sparsity),
@@ -99,8 +101,9 @@ class RunConfig:
         return data
 
     def reuse_key(self) -> dict[str, Any]:
-        """The fields that make two runs the same experiment (for sweep reuse; a schema-1 run, which
-        has no ``quant``/``unit``, matches when they are None).
+        """The fields that make two runs the same experiment (for sweep reuse).
+
+        A schema-1 run, which has no ``quant``/``unit``, matches when they are None.
         """
         data = self.to_dict()
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
@@ -126,7 +129,9 @@ class CancelToken:
 
 
 def list_methods() -> list[dict[str, Any]]:
-    """Every registered method: name, summary, options (name/type/default/help/choices), the sparsity
+    """Every registered method, as plain data.
+
+    Name, summary, options (name/type/default/help/choices), the sparsity
     patterns it supports (``unstructured`` | ``nm`` | ``structured``), its scope (``linear`` |
     ``block``), what it produces (``mask`` | ``quant`` | ``structure``), its structural units.
     """

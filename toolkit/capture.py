@@ -180,8 +180,10 @@ def _recording_layers(layers: nn.ModuleList, record: Callable[..., Tensor]) -> I
 def capture_layer_inputs(
     model: nn.Module, layers: nn.ModuleList, windows: Tensor, device: torch.device, batch_size: int
 ) -> LayerInputs:
-    """Run the model on ``windows`` (num, seq) in batches; keep layer 0's hidden states and every
-    layer's side inputs (the layers themselves are skipped, see the module docstring).
+    """Run the model on ``windows`` (num, seq) in batches and keep the decoder layers' inputs.
+
+    Keeps layer 0's hidden states and every layer's side inputs (the layers themselves are skipped, see the
+    module docstring).
 
     Raises :class:`ToolkitError` when the model's forward does not call every decoder layer.
     """

@@ -50,8 +50,10 @@ class ProgressView:
 
 
 def layer_table(result: dict[str, Any]) -> str:
-    """Per decoder layer: the relative reconstruction error of every linear (columns), the sparsity
-    (from the keep-masks) and, when quantized, the mean bits per weight.
+    """A table with one row per decoder layer.
+
+    The relative reconstruction error of every linear (columns), the sparsity (from the keep-masks) and,
+    when quantized, the mean bits per weight.
     """
     by_layer: dict[int, dict[str, float]] = defaultdict(dict)
     sparsity: dict[int, list[float]] = defaultdict(list)

@@ -90,8 +90,10 @@ def load_text(source: str, split: str) -> str:
 
 
 def _token_cache(source: str, text: str, codec: TextCodec) -> Path | None:
-    """Where the tokens of ``text`` live: keyed by content (the text's and the tokenizer's hashes),
-    never by names, which two tokenizers (e.g. two GGUF files in one folder) can share.
+    """Where the tokens of ``text`` live.
+
+    Keyed by content (the text's and the tokenizer's hashes), never by names, which two tokenizers (e.g.
+    two GGUF files in one folder) can share.
     """
     if source != EMBEDDED_TEXT:
         return None

@@ -63,8 +63,10 @@ class EngineConfig:
 
 @dataclass
 class EngineResult:
-    """What the engine measured: per-linear records, weights kept per linear (from the keep-masks),
-    the grids of the quantized linears, pruning seconds.
+    """What the engine measured.
+
+    Per-linear records, weights kept per linear (from the keep-masks), the grids of the quantized linears,
+    pruning seconds.
     """
 
     layers: list[dict] = field(default_factory=list)

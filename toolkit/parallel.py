@@ -1,5 +1,6 @@
-"""Parallel layer pruning on several devices (FISTAPruner §3.4: with dense inputs the decoder
-layers are independent units).
+"""Parallel layer pruning on several devices.
+
+FISTAPruner §3.4: with dense inputs the decoder layers are independent units.
 
 With ``propagate="dense"`` layer i+1 sees the *dense* outputs of layer i, so its inputs do not wait
 for layer i's pruning. The calling thread walks the layers, runs each dense layer once on the main
@@ -58,7 +59,9 @@ def resolve_devices(spec: str, main: torch.device, propagate: str,
 
 @dataclass
 class Lane:
-    """What one worker thread gets: its device, its own weight journal (merged into the run's at
+    """What one worker thread gets.
+
+    Its device, its own weight journal (merged into the run's at
     the end), a cancellation check that also fires when another worker failed, and ``serial``,
     which wraps a sink (events, masks) so that calls from every lane happen one at a time.
     """

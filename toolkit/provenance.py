@@ -95,8 +95,10 @@ def _file_stamp(path: Path) -> list[Any]:
 
 
 def weights_stamp(source: Path | None) -> Any:
-    """What identifies the weights read from ``source``: a file's stamp, or name, size and mtime of
-    every file of a folder; None for models built in memory or fetched from the hub.
+    """What identifies the weights read from ``source``.
+
+    A file's stamp, or name, size and mtime of every file of a folder; None for models built in memory or
+    fetched from the hub.
     """
     if source is None:
         return None

@@ -44,8 +44,10 @@ SCHEMA = 2  # the layout this module writes; readers accept 1 and 2
 
 @dataclass(frozen=True)
 class StoredQuant:
-    """A linear's quantization state as stored: codes (out, in) uint8, scales and zero points
-    (out, groups) float32, and the grid (dequantized ŵ = (codes − zeros) · scales per group).
+    """A linear's quantization state as stored.
+
+    Codes (out, in) uint8, scales and zero points (out, groups) float32, and the grid (dequantized
+    ŵ = (codes − zeros) · scales per group).
     """
 
     codes: np.ndarray

@@ -113,8 +113,10 @@ def _flat(x: Tensor) -> Tensor:
 def capture_inputs(
     modules: dict[str, nn.Module], sink: Callable[[str, Tensor], None], stop_after: set[str] | None = None
 ) -> Iterator[None]:
-    """Call ``sink(name, input)`` whenever a module runs; raise :class:`StopForward` once every
-    module in ``stop_after`` has run (early exit). Hooks are removed on exit.
+    """Call ``sink(name, input)`` whenever a module runs.
+
+    Raises :class:`StopForward` once every module in ``stop_after`` has run (early exit). Hooks are removed
+    on exit.
     """
     seen: set[str] = set()
 

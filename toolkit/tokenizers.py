@@ -51,8 +51,10 @@ class HFCodec:
 
     @cached_property
     def fingerprint(self) -> str:
-        """sha256 of the full definition of a fast tokenizer (its tokenizer.json: vocabulary, merges,
-        normalizer, pre-tokenizer), else of its class and sorted vocabulary, plus the BOS id.
+        """Sha256 of the tokenizer's definition, plus the BOS id.
+
+        The full definition of a fast tokenizer (its tokenizer.json: vocabulary, merges, normalizer,
+        pre-tokenizer), else its class and sorted vocabulary.
         """
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         if backend is not None:

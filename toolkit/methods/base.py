@@ -65,8 +65,10 @@ class LinearStats:
 
 @dataclass
 class SolveContext:
-    """What a solver may do besides computing (emit events, honour cancellation), and the quantization
-    grid to produce: ``quant`` is the run's :class:`~toolkit.spec.QuantSpec` (None when only pruning),
+    """What a solver may do besides computing, and the quantization grid to produce.
+
+    A solver may emit events and honour cancellation.
+    ``quant`` is the run's :class:`~toolkit.spec.QuantSpec` (None when only pruning),
     while the sparsity target is the solver's ``target`` argument (None when only quantizing).
     """
 
@@ -144,8 +146,9 @@ class MethodSpec:
         return isinstance(target, self.targets)
 
     def check(self, compression: Compression) -> None:
-        """Raise a one-line :class:`ToolkitError` naming what the method supports when it cannot meet
-        ``compression`` (checked before the model loads).
+        """Raise a one-line :class:`ToolkitError` when the method cannot meet ``compression``.
+
+        The message names what the method supports; this is checked before the model loads.
         """
         kinds = {Unstructured: "unstructured (50%)", NM: "n:m (2:4)", Structured: "structured (structured:30%)"}
         patterns = ", ".join(kinds[t] for t in self.targets if t in kinds) or "no sparsity pattern"

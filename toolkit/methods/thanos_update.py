@@ -184,7 +184,9 @@ def residual_block_mask(metric: Tensor, count: int, width: int) -> Tensor:
 
 
 def row_scores(W: Tensor, H: Tensor, kind: str) -> Tensor:
-    """Row loss h_i (rows,): ``"full"`` = ‖W_i X‖²/N = (W H Wᵀ)_ii (paper eq. 14);
+    """Row loss h_i (rows,).
+
+    ``"full"`` = ‖W_i X‖²/N = (W H Wᵀ)_ii (paper eq. 14);
     ``"diag"`` = Σ_j W_ij² H_jj (the official code's diagonal approximation).
     """
     if kind == "full":
