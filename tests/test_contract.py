@@ -109,8 +109,8 @@ def test_a_quantizer_that_returns_no_state_is_refused() -> None:
         return dataclasses.replace(_rtn(*args), quant=None)
 
     with pytest.raises(ToolkitError, match="no quantization state"):
-        prune_layers(load_model("tiny-llama").model, _windows(), dataclasses.replace(RTN, fn=forgetful), Compression(quant=INT2), None,
-                     cfg=EngineConfig(batch_size=2), emit=lambda e: None)
+        prune_layers(load_model("tiny-llama").model, _windows(), dataclasses.replace(RTN, fn=forgetful),
+                     Compression(quant=INT2), None, cfg=EngineConfig(batch_size=2), emit=lambda e: None)
 
 
 def test_quantizing_run_records_states_and_accounting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,7 +26,8 @@ from toolkit.sparsity import Target, Unstructured
 from toolkit.spec import TARGET_KINDS, Compression, QuantSpec, Unit, parse_compression
 
 __all__ = [
-    "CancelToken", "RunConfig", "evaluate_model", "find_finished", "list_methods", "list_runs", "open_run", "prune_model", "run",
+    "CancelToken", "RunConfig", "evaluate_model", "find_finished", "list_methods", "list_runs", "open_run",
+    "prune_model", "run",
 ]
 
 

@@ -29,7 +29,8 @@ class ProgressView:
         elif isinstance(event, LayerDone) and self._layers is not None:
             self._layers.update(1)
         elif isinstance(event, RunWarning):
-            tqdm.write(f"warning: {event.message}" + (f" (layer {event.layer} {event.name})" if event.layer >= 0 else ""))
+            where = f" (layer {event.layer} {event.name})" if event.layer >= 0 else ""
+            tqdm.write(f"warning: {event.message}{where}")
 
     def on_progress(self, stage: str, done: int, total: int) -> None:
         """Evaluation progress (windows scored)."""

@@ -5,7 +5,8 @@ run's sparsity target and a :class:`SolveContext` carrying the run's quantizatio
 returns a :class:`PruneResult`. The engine then
 
 1. derives the weight to write: the method's weight, or, when it returned a quantization state,
-   ``state.effective_weight()`` (``dequantize(state)``) with the pruned entries zeroed (the state is the truth, STYLE R3);
+   ``state.effective_weight()`` (``dequantize(state)``) with the pruned entries zeroed (the state is the truth,
+   STYLE R3);
 2. writes it through the run's :class:`~toolkit.writeback.WriteBack` journal (undone on failure);
 3. measures rel_error = ‖(W* − W)X*‖/‖WX*‖ = sqrt(tr(ΔW G* ΔWᵀ)/tr(W G* Wᵀ)) and, with the cross
    statistics, rel_error_dense = ‖W*X* − WX‖/‖WX‖ from tr(W*G*W*ᵀ) − 2tr(W*CWᵀ) + tr(WGWᵀ);

@@ -93,7 +93,8 @@ class RunWriter:
     def mask(self, layer: int, name: str, keep_mask: np.ndarray) -> None:
         """Store a keep-mask (bool, (out, in)) bit-packed."""
         keep = np.asarray(keep_mask, dtype=bool)
-        np.savez(self.path / "masks" / _mask_file(layer, name), bits=np.packbits(keep.ravel()), shape=np.array(keep.shape))
+        np.savez(self.path / "masks" / _mask_file(layer, name), bits=np.packbits(keep.ravel()),
+                 shape=np.array(keep.shape))
 
     def quant(self, layer: int, name: str, state: StoredQuant) -> None:
         """Store a linear's quantization state (codes, scales, zeros and the grid) beside its mask."""

@@ -137,7 +137,9 @@ def capture_inputs(
             handle.remove()
 
 
-def discover_groups(layer: nn.Module, linears: dict[str, nn.Module], run_layer: Callable[[], object]) -> list[list[str]]:
+def discover_groups(
+    layer: nn.Module, linears: dict[str, nn.Module], run_layer: Callable[[], object]
+) -> list[list[str]]:
     """Groups of linears fed the very same input tensor, in call order (one probe forward).
 
     Linears that never run in the probe are left out (the caller warns about them).

@@ -275,8 +275,8 @@ def test_correlated_inputs_fista_beats_sparsegpt_beats_magnitude() -> None:
     assert errors[0] <= errors[1] * (1 + 1e-6) and errors[1] < errors[2]
     # the paper's arithmetic bisection jumps from λ₀ to 5e5 and spends T on over-sparse rounds here;
     # geometric midpoints with more patience find the λ where the rounded FISTA solution wins
-    tuned = fista.prune(W, stats, target, fista.FistaConfig(warm_start="sparsegpt", bisection="geometric", max_rounds=100,
-                                                            patience=10), ctx)
+    tuned_cfg = fista.FistaConfig(warm_start="sparsegpt", bisection="geometric", max_rounds=100, patience=10)
+    tuned = fista.prune(W, stats, target, tuned_cfg, ctx)
     assert tuned.info["chosen"] == "fista"
     assert reconstruction_errors(W, tuned.weight, stats)[0] < 0.9 * errors[1]
 
