@@ -183,7 +183,7 @@ BLOCK = MethodSpec("test-block", lambda *a: None, MagnitudeConfig, frozenset(), 
 
 def test_block_scope_needs_the_block_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "toolkit.block_engine", None)
-    with pytest.raises(ToolkitError, match="block-scope methods need toolkit.block_engine"):
+    with pytest.raises(ToolkitError, match=r"block-scope methods need toolkit\.block_engine"):
         prune_layers(load_model("tiny-llama").model, _windows(), BLOCK,
                      Compression(sparsity=Structured(0.25), unit=Unit.CHANNELS), None, cfg=EngineConfig(),
                      emit=lambda e: None)

@@ -96,7 +96,7 @@ def _estimated_bytes(model: nn.Module, linear_bits: Mapping[int, float]) -> int:
             continue
         seen.add(id(tensor))
         total += linear_bits[id(tensor)] / 8 if id(tensor) in linear_bits else tensor.numel() * tensor.element_size()
-    return int(math.ceil(total))
+    return math.ceil(total)
 
 
 def folder_bytes(path: str | Path) -> int:

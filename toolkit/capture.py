@@ -204,10 +204,8 @@ def capture_layer_inputs(
 
     with _recording_layers(layers, record), outside_layers_on(model, layers, device), torch.no_grad():
         for batch, start in enumerate(range(0, windows.shape[0], batch_size)):
-            try:
+            with contextlib.suppress(_StopForward):
                 model(input_ids=windows[start : start + batch_size].to(device), use_cache=False)
-            except _StopForward:
-                pass
             if len(captured.sides) != batch + 1 or len(captured.sides[-1]) != len(layers):
                 raise ToolkitError(f"{type(model).__name__}'s forward did not call each of its {len(layers)} "
                                    "decoder layers once; this architecture is not supported")

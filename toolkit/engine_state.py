@@ -121,14 +121,17 @@ class RunState:
 
     @property
     def sequential(self) -> str:
+        """The statistics grouping (``group`` | ``layer``): the run's setting, else the method's default."""
         return self.cfg.sequential or self.spec.sequential
 
     @property
     def propagate(self) -> str:
+        """Layer i+1's inputs (``pruned`` | ``dense``): the run's setting, else the method's default."""
         return self.cfg.propagate or self.spec.propagate
 
     @property
     def needs_cross(self) -> bool:
+        """True when the method asks for :attr:`Stat.CROSS` or :attr:`Stat.DENSE_GRAM` (a dense copy's inputs)."""
         return Stat.CROSS in self.spec.needs or Stat.DENSE_GRAM in self.spec.needs
 
     def check_cancel(self) -> None:

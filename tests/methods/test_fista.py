@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -180,7 +181,7 @@ def test_lambda_moves_the_way_the_ratio_asks() -> None:
     assert up[0].ratio > 0.3 and up[1].lam > up[0].lam
     assert down[0].sparsity_before_rounding == 1.0 and down[0].ratio <= 0.3 and down[1].lam < down[0].lam
     for steps in (up, down):
-        for before, after in zip(steps, steps[1:], strict=False):
+        for before, after in itertools.pairwise(steps):
             assert (after.lam > before.lam) == (before.ratio > before.xi)
 
 

@@ -64,7 +64,7 @@ def prune(W: Tensor, stats: LinearStats, target: Target, cfg: SparseGPTConfig, c
     """Run the SparseGPT sweep on W (out, in); returns the updated weight and its keep-mask."""
     W, H = zero_dead_inputs(W.to(SOLVER_DTYPE).clone(), stats.gram.to(SOLVER_DTYPE))
     U, damping = damped_cholesky_inverse(H, cfg.damp_frac, ctx)
-    rows, cols = W.shape
+    _, cols = W.shape
     block = cfg.block_size
     if isinstance(target, NM):
         block = max(target.m, block // target.m * target.m)
