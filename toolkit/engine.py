@@ -48,7 +48,7 @@ from toolkit.linear_solve import prune_group, reconstruction_errors
 from toolkit.memory import keep_freed_memory
 from toolkit.methods.base import MethodSpec, Scope, Stat
 from toolkit.models import decoder_layers, get_weight, layer_linears
-from toolkit.parallel import Lane, prune_in_parallel, resolve_devices
+from toolkit.parallel import Lane, LayerSteps, prune_in_parallel, resolve_devices
 from toolkit.sparsity import Target, validate_for_shape
 from toolkit.spec import Compression, as_compression
 from toolkit.stats import discover_groups
@@ -191,9 +191,8 @@ def _prune_in_parallel(run: RunState, layers: nn.ModuleList, inputs: LayerInputs
         _prune_layer(lanes[id(lane)], index, len(layers), layer, layer_inputs, None)
 
     try:
-        prune_in_parallel(layers, inputs, devices, prune_one=prune_one,
-                          dense_next=lambda layer, x: _dense_next(run, layer, x), cancelled=run.cancelled,
-                          writeback=run.writeback)
+        steps = LayerSteps(prune_one=prune_one, dense_next=lambda layer, x: _dense_next(run, layer, x))
+        prune_in_parallel(layers, inputs, devices, steps, cancelled=run.cancelled, writeback=run.writeback)
     finally:
         for worker in lanes.values():
             run.result.merge(worker.result)
