@@ -60,8 +60,9 @@ def _block_mask(W1: Tensor, d: Tensor, target: Target, i1: int, i2: int) -> Tens
     return keep_topk_global(scores, _share(target.sparsity, W1.shape[0], i1, i2))
 
 
-def prune(W: Tensor, stats: LinearStats, target: Target, cfg: SparseGPTConfig, ctx: SolveContext) -> PruneResult:
+def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: SparseGPTConfig, ctx: SolveContext) -> PruneResult:
     """Run the SparseGPT sweep on W (out, in); returns the updated weight and its keep-mask."""
+    assert target is not None, "a pruning method always gets a sparsity target (MethodSpec.check)"
     W, H = zero_dead_inputs(W.to(SOLVER_DTYPE).clone(), stats.gram.to(SOLVER_DTYPE))
     U, damping = damped_cholesky_inverse(H, cfg.damp_frac, ctx)
     _, cols = W.shape

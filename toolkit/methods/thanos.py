@@ -253,7 +253,7 @@ def _prune_structured(W: Tensor, H: Tensor, target: Structured, cfg: ThanosConfi
     return PruneResult(weight=W, keep_mask=keep, damping=damping, info=info)
 
 
-def prune(W: Tensor, stats: LinearStats, target: Target, cfg: ThanosConfig, ctx: SolveContext) -> PruneResult:
+def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: ThanosConfig, ctx: SolveContext) -> PruneResult:
     """Prune one linear with Thanos; ``W`` (out, in) is not modified.
 
     Returns the new float32 weight, the keep-mask (out, in) (outlier rows all True), the final
@@ -261,6 +261,7 @@ def prune(W: Tensor, stats: LinearStats, target: Target, cfg: ThanosConfig, ctx:
     Raises :class:`ToolkitError` for impossible targets (all columns, n:m width) and
     :class:`NumericalError` if the damped Hessian cannot be factorised.
     """
+    assert target is not None, "a pruning method always gets a sparsity target (MethodSpec.check)"
     W, H = zero_dead_inputs(W.to(SOLVER_DTYPE).clone(), stats.gram.to(SOLVER_DTYPE))
     if isinstance(target, Structured):
         return _prune_structured(W, H, target, cfg, ctx)
