@@ -23,9 +23,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from torch import nn
+from torch import Tensor, nn
 
 from toolkit.models import decoder_layers, get_weight, layer_linears
 from toolkit.quant import bits_per_weight
@@ -77,9 +77,10 @@ def account(
             params_after += numel
             nonzeros += min(kept.get((index, name), numel), numel)
             spec = quant.get((index, name))
-            bits = bits_per_weight(spec, cols) if spec is not None else module.weight.element_size() * 8.0
+            weight = cast(Tensor, module.weight)
+            bits = bits_per_weight(spec, cols) if spec is not None else weight.element_size() * 8.0
             bits_total += bits * numel
-            linear_weights[id(module.weight)] = bits * numel
+            linear_weights[id(weight)] = bits * numel
     return Accounting(
         params_before=params_before, params_after=params_after, nonzeros_kept=nonzeros,
         sparsity=1.0 - nonzeros / params_before if params_before else 0.0,

@@ -82,8 +82,9 @@ def check_targets(model: nn.Module, spec: MethodSpec, compression: Compression |
     if compression.sparsity is not None:
         for index, layer in enumerate(layers):
             for name, module in layer_linears(layer).items():
+                rows, cols = get_weight(module).shape  # (out, in)
                 try:
-                    validate_for_shape(compression.sparsity, tuple(get_weight(module).shape))
+                    validate_for_shape(compression.sparsity, (rows, cols))
                 except ToolkitError as exc:
                     raise ToolkitError(f"layer {index} {name}: {exc}") from None
     return list(layer_linears(layers[0]))
@@ -141,7 +142,8 @@ def _prune_blocks(model: nn.Module, windows: Tensor, spec: MethodSpec, compressi
                   method_cfg: object, **engine: object) -> EngineResult:
     """Dispatch a block-scope method to :mod:`toolkit.block_engine` (imported only when one runs)."""
     try:
-        from toolkit.block_engine import prune_blocks
+        # an optional module, absent from some checkouts: a missing one is reported below
+        from toolkit.block_engine import prune_blocks  # pyright: ignore[reportMissingImports]
     except ModuleNotFoundError as exc:
         if exc.name != "toolkit.block_engine":
             raise

@@ -178,6 +178,6 @@ def _dispatch(
 
 def _raise_first(futures: list[Future]) -> None:
     """Re-raise the first real failure, not the cancellations it caused in the other workers."""
-    errors = [f.exception() for f in futures if f.exception() is not None]
+    errors = [error for f in futures if (error := f.exception()) is not None]
     if errors:
         raise next((e for e in errors if not isinstance(e, RunCancelled)), errors[0])

@@ -71,7 +71,8 @@ class RunWriter:
 
     def __init__(self, root: str | Path, config: dict[str, Any]) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        compression = config.get("compression") if isinstance(config.get("compression"), dict) else {}
+        raw = config.get("compression")
+        compression = raw if isinstance(raw, dict) else {}
         what = compression.get("label") or config.get("sparsity", "")
         run_id = f"{stamp}-{_slug(config.get('method', 'run'))}-{_slug(str(what))}-{secrets.token_hex(2)}"
         self.path = Path(root) / run_id
