@@ -14,8 +14,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python app/app.py`: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app import compare_tab, run_tab, runs_tab, sweep_tab  # noqa: E402
-from app.jobs import SESSIONS  # noqa: E402
+from app import compare_tab, run_tab, runs_tab, sweep_tab
+from app.jobs import SESSIONS
 
 TITLE = "PruneLab: post-training pruning of LLMs"
 INTRO = ("Prune a language model layer by layer and watch it happen: **Run** one method, **Sweep** methods × "

@@ -66,7 +66,7 @@ def compare_view(run_ids: list[str], layer: Any, linear: str, m: Any, runs_dir: 
         everything = compare.all_linears(records, group)
     except (ToolkitError, ValueError) as exc:
         return {"message": f"**⚠ {exc}**", "notice": str(exc)}
-    except Exception as exc:  # noqa: BLE001 - a damaged file we did not foresee: a message, never a traceback
+    except Exception as exc:  # a damaged file we did not foresee: a message, never a traceback
         log.exception("compare failed")
         return {"message": f"**⚠ could not compare these runs ({type(exc).__name__}: {exc})**", "notice": str(exc)}
     labels = list(masks)

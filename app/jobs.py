@@ -112,7 +112,7 @@ class Job:
                 self._items.put(item)
         except ToolkitError as exc:
             self._items.put(("error", str(exc)))
-        except Exception as exc:  # noqa: BLE001 - shown as a message; the traceback goes to the server log
+        except Exception as exc:  # shown as a message; the traceback goes to the server log
             log.exception("job failed")
             self._items.put(("error", f"{type(exc).__name__}: {exc}"))
         finally:

@@ -13,13 +13,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from app import forms, views
 from app.jobs import DONE, SESSIONS, Job, device_queue
 from toolkit.api import RunConfig, open_run, run
 from toolkit.errors import ToolkitError
-from toolkit.events import RunStarted
+from toolkit.events import Event, RunStarted
 from toolkit.live import RunView
 
 log = logging.getLogger(__name__)
@@ -81,15 +81,16 @@ def _follow(job: Job, clock: Callable[[], float], runs_dir: Path, config: RunCon
     view, sent, error = RunView(), None, ""
     yield {"status": f"**▶ starting** · loading {config.model} and the calibration text…", "files": None,
            **{name: views.figure(view, name) for name in views.FIGURES}, "warnings": "", "result": ""}
-    next_tick, drawn_at = clock() + PERIOD, dict.fromkeys(views.FIGURES, -math.inf)
+    next_tick = clock() + PERIOD
+    drawn_at: dict[str, float] = dict.fromkeys(views.FIGURES, -math.inf)
     while True:
         item = job.get(next_tick - clock())
         if item is DONE:
             break
         if isinstance(item, tuple) and item and item[0] == "error":
             error = item[1]
-        elif item is not None:
-            view.apply(item, clock())
+        elif item is not None:  # the job yields events, an ("error", message) tuple, then DONE
+            view.apply(cast(Event, item), clock())
             if isinstance(item, RunStarted):
                 job.run_id = item.run_id
         if clock() < next_tick:
@@ -98,7 +99,8 @@ def _follow(job: Job, clock: Callable[[], float], runs_dir: Path, config: RunCon
             next_tick = clock() + PERIOD
             continue
         now = clock()
-        due = sorted((n for n in views.stale(view, sent) if now - drawn_at[n] >= FIGURE_PERIOD), key=drawn_at.get)
+        due = sorted((n for n in views.stale(view, sent) if now - drawn_at[n] >= FIGURE_PERIOD),
+                     key=drawn_at.__getitem__)
         figures = tuple(due[:FIGURES_PER_TICK])
         update, sent = views.render(view, now, sent, figures=figures)
         drawn_at.update(dict.fromkeys(figures, now))
@@ -295,7 +297,8 @@ def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[s
             outputs = _outputs(gr)
     targets = {**outputs, "history": history}
 
-    def handler(data: dict, request: gr.Request) -> Iterator[dict]:
+    # gr is the gradio module, passed in (not a type to pyright); Gradio reads this annotation
+    def handler(data: dict, request: gr.Request) -> Iterator[dict]:  # pyright: ignore[reportInvalidTypeForm]
         past = list(data[history] or [])
         for update in run_stream(form.read(data), runs_dir=runs_dir, session=session_of(request)):
             notice = update.pop("notice", None)
@@ -307,7 +310,8 @@ def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[s
                 update["history"] = past
             yield {targets[key]: value for key, value in update.items()}
 
-    def cancel(request: gr.Request) -> str:
+    # gr is the gradio module, passed in (not a type to pyright); Gradio reads this annotation
+    def cancel(request: gr.Request) -> str:  # pyright: ignore[reportInvalidTypeForm]
         return cancel_message(session_of(request), runs_dir)
 
     run_event = form.run_button.click(handler, inputs={*form.inputs, history}, outputs=list(targets.values()),

@@ -76,7 +76,7 @@ def replay_view(run_id: str, runs_dir: str) -> dict[str, Any]:
         update, _ = views.render(view, math.nan)
     except ToolkitError as exc:
         return {"status": f"**⚠ {exc}**", "notice": str(exc)}
-    except Exception as exc:  # noqa: BLE001 - a hand-edited record we did not foresee: a message, not a traceback
+    except Exception as exc:  # a hand-edited record we did not foresee: a message, not a traceback
         log.exception("replay failed")
         return {"status": f"**⚠ run {run_id} could not be replayed ({type(exc).__name__}: {exc})**", "notice": str(exc)}
     if not events:

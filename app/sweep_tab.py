@@ -21,6 +21,7 @@ from toolkit.api import RunConfig
 from toolkit.errors import ToolkitError
 from toolkit.events import Event, RunStarted
 from toolkit.live import RunView, progress_line
+from toolkit.sparsity import Unstructured
 from toolkit.sweep import COLUMNS, SweepPoint, dense_reference, plan, run_sweep, write_csv
 
 DEFAULT_SPARSITIES = ("10%", "30%", "50%", "70%", "2:4")
@@ -47,7 +48,7 @@ def sweep_configs(settings: SweepSettings, runs_dir: str) -> tuple[list[RunConfi
     protocol = forms.protocol_fields(settings.protocol)
     protocol["eval_data"] = protocol["eval_data"] or "wiki"  # a sweep always measures perplexity
     base = RunConfig(model=forms.model_name(settings.model, settings.model_path), method=settings.methods[0],
-                     sparsity="50%", **protocol, eval_dense=True, out_dir=runs_dir)
+                     sparsity=Unstructured(0.5), **protocol, eval_dense=True, out_dir=runs_dir)
     return plan(base, settings.methods, list(settings.sparsities))
 
 
@@ -167,7 +168,8 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
             csv = gr.File(label="Results as CSV", interactive=False, elem_id="sweep-csv")
     outputs = {"status": status, "curve": curve, "table": results, "csv": csv}
 
-    def handler(data: dict, request: gr.Request) -> Iterator[dict]:
+    # gr is the gradio module, passed in (not a type to pyright); Gradio reads this annotation
+    def handler(data: dict, request: gr.Request) -> Iterator[dict]:  # pyright: ignore[reportInvalidTypeForm]
         settings = SweepSettings(model=data[model], model_path=data[model_path], methods=list(data[methods] or []),
                                  sparsities=list(data[sparsities] or []), protocol=protocol.read(data))
         for update in sweep_stream(settings, runs_dir=runs_dir, session=session_of(request)):
@@ -176,7 +178,8 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
                 gr.Warning(notice)
             yield {outputs[key]: value for key, value in update.items()}
 
-    def cancel(request: gr.Request) -> str:
+    # gr is the gradio module, passed in (not a type to pyright); Gradio reads this annotation
+    def cancel(request: gr.Request) -> str:  # pyright: ignore[reportInvalidTypeForm]
         job = SESSIONS.get(session_of(request), "sweep")
         if job is None or job.finished.is_set():
             return "Nothing to cancel: no sweep is going on in this tab."

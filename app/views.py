@@ -134,8 +134,10 @@ def render(view: RunView, now: float, sent: dict[str, int] | None = None,
 
 
 def downloads(run_dir: Path, *, include_model: bool) -> list[str]:
-    """Files to offer: result.json, masks.zip, quant.zip and structure.json (when the run has them) and
-    (when saved) model.zip, copied to a temp folder."""
+    """Files to offer for download, copied to a temp folder.
+
+    result.json, masks.zip, quant.zip and structure.json (when the run has them) and (when saved) model.zip.
+    """
     if not (run_dir / "result.json").exists():
         return []
     target = Path(tempfile.mkdtemp(prefix=f"prunelab-{run_dir.name}-"))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from toolkit.api import RunConfig, prune_model  # noqa: E402
+from toolkit.api import RunConfig, prune_model
 
 
 def parse_run(text: str) -> tuple[str, str, dict[str, str]]:
@@ -53,12 +53,14 @@ def main() -> None:
         method, sparsity, options = parse_run(spec)
         config = RunConfig(model=args.model, method=method, sparsity=sparsity, options=options, nsamples=args.nsamples,
                            seqlen=args.seqlen, eval_seqlen=args.eval_seqlen, eval_windows=args.eval_windows,
-                           eval_data=None if args.no_eval else "wiki", eval_dense=not args.no_eval, device=args.device, propagate=args.propagate, out_dir=args.out)
+                           eval_data=None if args.no_eval else "wiki", eval_dense=not args.no_eval, device=args.device,
+                           propagate=args.propagate, out_dir=args.out)
         start = time.perf_counter()
         result = prune_model(config)
         record = {
             "benchmark": "prune", "run": spec, "model": result["model"], "method": method, "sparsity": sparsity,
-            "options": options, "propagate": result["engine"]["propagate"], "achieved_sparsity": result["achieved_sparsity"],
+            "options": options, "propagate": result["engine"]["propagate"],
+            "achieved_sparsity": result["achieved_sparsity"],
             "ppl": result["ppl"], "dense_ppl": result["dense_ppl"], "prune_seconds": round(result["prune_seconds"], 2),
             "total_seconds": round(time.perf_counter() - start, 2), "peak_rss_mb": round(result["peak_rss_mb"], 1),
             "device": result["device"], "protocol": result["protocol"], "run_dir": result["run_dir"],

@@ -22,7 +22,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from browser_app import (  # noqa: E402
-    browser, first_cell_seconds, first_running_seconds, open_page, pick, serve, wait_for_text, watch_run,
+    browser,
+    first_cell_seconds,
+    first_running_seconds,
+    open_page,
+    pick,
+    serve,
+    wait_for_text,
+    watch_run,
 )
 
 

@@ -81,7 +81,8 @@ def main() -> None:
         ev = records[0]["protocol"]["evaluation"]
         cal = records[0]["protocol"]["calibration"]
         print(f"\nProtocol: calibration {cal['source']} {cal['split']} {cal['nsamples']} × {cal['seqlen']}, seed "
-              f"{cal['seed']}; evaluation {ev['dataset']} {ev['split']}, seqlen {ev['seqlen']}, {ev['windows']} windows "
+              f"{cal['seed']}; evaluation {ev['dataset']} {ev['split']}, seqlen {ev['seqlen']}, "
+              f"{ev['windows']} windows "
               f"({ev['tokens']} tokens){'' if ev.get('all_windows') else ', the first windows only'}.")
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_prune import parse_run  # noqa: E402
+from benchmarks.bench_prune import parse_run
 
 
 def digest(model_dir: Path) -> dict:

@@ -9,7 +9,16 @@ from typing import Any
 import numpy as np
 
 from toolkit.events import (
-    BlockStep, EvalPoint, Event, LambdaStep, LayerDone, LayerStarted, RunFinished, RunStarted, RunWarning, SolverStep,
+    BlockStep,
+    EvalPoint,
+    Event,
+    LambdaStep,
+    LayerDone,
+    LayerStarted,
+    RunFinished,
+    RunStarted,
+    RunWarning,
+    SolverStep,
     SublayerPruned,
 )
 from toolkit.runs import RunWriter

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
-from bench_prune import parse_run  # noqa: E402
+from bench_prune import parse_run
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -15,8 +15,20 @@ from typing import Any
 
 import pytest
 from browser_app import (
-    WATCH_JS, Gate, browser, chromium_path, first_cell_seconds, first_running_seconds, open_page, pick, recorded,
-    registered, serve, status, wait_for_linears, wait_for_text,
+    WATCH_JS,
+    Gate,
+    browser,
+    chromium_path,
+    first_cell_seconds,
+    first_running_seconds,
+    open_page,
+    pick,
+    recorded,
+    registered,
+    serve,
+    status,
+    wait_for_linears,
+    wait_for_text,
 )
 
 from toolkit.api import list_runs

@@ -109,8 +109,8 @@ def test_a_quantizer_that_returns_no_state_is_refused() -> None:
         return dataclasses.replace(_rtn(*args), quant=None)
 
     with pytest.raises(ToolkitError, match="no quantization state"):
-        prune_layers(load_model("tiny-llama").model, _windows(), dataclasses.replace(RTN, fn=forgetful), Compression(quant=INT2), None,
-                     cfg=EngineConfig(batch_size=2), emit=lambda e: None)
+        prune_layers(load_model("tiny-llama").model, _windows(), dataclasses.replace(RTN, fn=forgetful),
+                     Compression(quant=INT2), None, cfg=EngineConfig(batch_size=2), emit=lambda e: None)
 
 
 def test_quantizing_run_records_states_and_accounting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,7 +160,7 @@ def _shrink_mlp(parent: nn.Module, keep: torch.Tensor, writeback: WriteBack) -> 
 def _fake_block_engine(fail: bool = False) -> types.ModuleType:
     module = types.ModuleType("toolkit.block_engine")
 
-    def prune_blocks(model, windows, spec, compression, method_cfg, *, cfg, emit, cancelled, writeback,  # noqa: ANN001, ANN202
+    def prune_blocks(model, windows, spec, compression, method_cfg, *, cfg, emit, cancelled, writeback,
                      on_structure):
         for index, layer in enumerate(decoder_layers(model)):
             width = layer.mlp.gate_proj.out_features
@@ -183,7 +183,7 @@ BLOCK = MethodSpec("test-block", lambda *a: None, MagnitudeConfig, frozenset(), 
 
 def test_block_scope_needs_the_block_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "toolkit.block_engine", None)
-    with pytest.raises(ToolkitError, match="block-scope methods need toolkit.block_engine"):
+    with pytest.raises(ToolkitError, match=r"block-scope methods need toolkit\.block_engine"):
         prune_layers(load_model("tiny-llama").model, _windows(), BLOCK,
                      Compression(sparsity=Structured(0.25), unit=Unit.CHANNELS), None, cfg=EngineConfig(),
                      emit=lambda e: None)

@@ -38,7 +38,7 @@ def test_wiki_split_is_disjoint() -> None:
     assert first_test_article not in train
 
 
-def test_text_file_source(tmp_path) -> None:  # noqa: ANN001
+def test_text_file_source(tmp_path) -> None:
     path = tmp_path / "mine.txt"
     path.write_text("hello world " * 100)
     assert load_text(str(path), "train").startswith("hello")

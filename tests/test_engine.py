@@ -12,10 +12,9 @@ from toolkit.engine import EngineConfig, prune_layers
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import LayerDone, LayerStarted, SublayerPruned
 from toolkit.methods import get_method
-from toolkit.methods.base import MethodSpec, PruneResult, Stat
+from toolkit.methods.base import MethodSpec, Stat
 from toolkit.models import TINY_FAMILIES, decoder_layers, get_weight, layer_linears, load_model
 from toolkit.sparsity import NM, Unstructured
-
 
 
 def _windows(num: int = 4, seq: int = 32) -> torch.Tensor:
@@ -88,7 +87,7 @@ def test_propagate_dense_keeps_dense_inputs_and_differs_from_pruned() -> None:
 def _exploding(layer_to_fail: int) -> MethodSpec:
     base = get_method("magnitude")
 
-    def fn(W, stats, target, cfg, ctx):  # noqa: ANN001, ANN202
+    def fn(W, stats, target, cfg, ctx):
         if ctx.layer == layer_to_fail and ctx.name.endswith("up_proj"):
             raise ToolkitError("boom")
         return base.fn(W, stats, target, cfg, ctx)
@@ -125,7 +124,7 @@ def test_cross_statistics_for_methods_that_ask() -> None:
     base = get_method("magnitude")
     received: dict[str, object] = {}
 
-    def fn(W, stats, target, cfg, ctx):  # noqa: ANN001, ANN202
+    def fn(W, stats, target, cfg, ctx):
         received[f"{ctx.layer}.{ctx.name}"] = stats
         return base.fn(W, stats, target, cfg, ctx)
 

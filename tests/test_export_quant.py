@@ -110,6 +110,6 @@ def test_refuses_what_the_format_cannot_hold(tmp_path: Path) -> None:
         save_quantized(loaded.model, loaded.codec, tmp_path / "b", {name: scaled})
     gpt2 = load_model("tiny-gpt2")
     conv = next(iter(decoder_linears(gpt2.model)))
-    with pytest.raises(ToolkitError, match="nn.Linear"):
+    with pytest.raises(ToolkitError, match=r"nn\.Linear"):
         save_quantized(gpt2.model, gpt2.codec, tmp_path / "c", {conv: quantize(torch.randn(192, 64), QuantSpec(4))})
     assert not any(tmp_path.iterdir())

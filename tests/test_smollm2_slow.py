@@ -8,7 +8,7 @@ from toolkit.api import RunConfig, prune_model
 
 
 @pytest.mark.slow
-def test_wanda_on_embedded_model(tmp_path) -> None:  # noqa: ANN001
+def test_wanda_on_embedded_model(tmp_path) -> None:
     config = RunConfig(model="smollm2-135m", method="wanda", sparsity="2:4", nsamples=2, seqlen=128, eval_seqlen=256,
                        eval_windows=4, eval_dense=True, out_dir=str(tmp_path))
     result = prune_model(config)

@@ -7,7 +7,14 @@ import torch
 
 from toolkit.errors import ToolkitError
 from toolkit.sparsity import (
-    NM, Structured, Unstructured, keep_mask_from_scores, keep_nm, nm_violations, parse_sparsity, validate_for_shape,
+    NM,
+    Structured,
+    Unstructured,
+    keep_mask_from_scores,
+    keep_nm,
+    nm_violations,
+    parse_sparsity,
+    validate_for_shape,
 )
 
 

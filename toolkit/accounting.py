@@ -23,9 +23,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from torch import nn
+from torch import Tensor, nn
 
 from toolkit.models import decoder_layers, get_weight, layer_linears
 from toolkit.quant import bits_per_weight
@@ -61,8 +61,11 @@ def account(
     model: nn.Module, before: Mapping[LinearKey, tuple[int, int]], kept: Mapping[LinearKey, int],
     quant: Mapping[LinearKey, QuantSpec],
 ) -> Accounting:
-    """The accounting of ``model`` after a run, given the linear shapes ``before`` it, the weights
-    each linear's keep-mask kept and the grids of the quantized linears."""
+    """The accounting of ``model`` after a run.
+
+    Given the linear shapes ``before`` it, the weights each linear's keep-mask kept and the grids of the
+    quantized linears.
+    """
     params_before = sum(rows * cols for rows, cols in before.values())
     params_after = nonzeros = 0
     bits_total = 0.0
@@ -74,9 +77,10 @@ def account(
             params_after += numel
             nonzeros += min(kept.get((index, name), numel), numel)
             spec = quant.get((index, name))
-            bits = bits_per_weight(spec, cols) if spec is not None else module.weight.element_size() * 8.0
+            weight = cast(Tensor, module.weight)
+            bits = bits_per_weight(spec, cols) if spec is not None else weight.element_size() * 8.0
             bits_total += bits * numel
-            linear_weights[id(module.weight)] = bits * numel
+            linear_weights[id(weight)] = bits * numel
     return Accounting(
         params_before=params_before, params_after=params_after, nonzeros_kept=nonzeros,
         sparsity=1.0 - nonzeros / params_before if params_before else 0.0,
@@ -93,7 +97,7 @@ def _estimated_bytes(model: nn.Module, linear_bits: Mapping[int, float]) -> int:
             continue
         seen.add(id(tensor))
         total += linear_bits[id(tensor)] / 8 if id(tensor) in linear_bits else tensor.numel() * tensor.element_size()
-    return int(math.ceil(total))
+    return math.ceil(total)
 
 
 def folder_bytes(path: str | Path) -> int:

@@ -26,7 +26,8 @@ from toolkit.sparsity import Target, Unstructured
 from toolkit.spec import TARGET_KINDS, Compression, QuantSpec, Unit, parse_compression
 
 __all__ = [
-    "CancelToken", "RunConfig", "evaluate_model", "find_finished", "list_methods", "list_runs", "open_run", "prune_model", "run",
+    "CancelToken", "RunConfig", "evaluate_model", "find_finished", "list_methods", "list_runs", "open_run",
+    "prune_model", "run",
 ]
 
 
@@ -88,8 +89,11 @@ class RunConfig:
         return Compression(self.sparsity, self.quant, self.unit)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-data form (config.json, schema 2): the compression fields as their labels, plus
-        ``compression`` as data (label, kind, sparsity, quant, unit) and ``schema``."""
+        """Plain-data form (config.json, schema 2).
+
+        The compression fields as their labels, plus ``compression`` as data (label, kind, sparsity, quant,
+        unit) and ``schema``.
+        """
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data.update(sparsity=None if self.sparsity is None else str(self.sparsity),
                     quant=None if self.quant is None else self.quant.label,
@@ -98,8 +102,10 @@ class RunConfig:
         return data
 
     def reuse_key(self) -> dict[str, Any]:
-        """The fields that make two runs the same experiment (for sweep reuse; a schema-1 run, which
-        has no ``quant``/``unit``, matches when they are None)."""
+        """The fields that make two runs the same experiment (for sweep reuse).
+
+        A schema-1 run, which has no ``quant``/``unit``, matches when they are None.
+        """
         data = self.to_dict()
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
                          "devices", "compression", "schema"):
@@ -124,9 +130,12 @@ class CancelToken:
 
 
 def list_methods() -> list[dict[str, Any]]:
-    """Every registered method: name, summary, options (name/type/default/help/choices), the sparsity
+    """Every registered method, as plain data.
+
+    Name, summary, options (name/type/default/help/choices), the sparsity
     patterns it supports (``unstructured`` | ``nm`` | ``structured``), its scope (``linear`` |
-    ``block``), what it produces (``mask`` | ``quant`` | ``structure``), its structural units."""
+    ``block``), what it produces (``mask`` | ``quant`` | ``structure``), its structural units.
+    """
     return [
         {"name": spec.name, "summary": spec.summary, "options": spec.describe_options(),
          "patterns": [TARGET_KINDS[t] for t in spec.targets if t in TARGET_KINDS],
@@ -170,7 +179,7 @@ def run(config: RunConfig, cancel: CancelToken | None = None) -> Iterator[Event]
             execute(config, events.put, token, None)
         except (ToolkitError, RunCancelled) as exc:
             failure.append(exc)
-        except Exception as exc:  # noqa: BLE001 - reported to the consumer as RunFailed, never lost
+        except Exception as exc:  # reported to the consumer as RunFailed, never lost
             failure.append(exc)
         finally:
             events.put(done)

@@ -180,8 +180,10 @@ def _recording_layers(layers: nn.ModuleList, record: Callable[..., Tensor]) -> I
 def capture_layer_inputs(
     model: nn.Module, layers: nn.ModuleList, windows: Tensor, device: torch.device, batch_size: int
 ) -> LayerInputs:
-    """Run the model on ``windows`` (num, seq) in batches; keep layer 0's hidden states and every
-    layer's side inputs (the layers themselves are skipped, see the module docstring).
+    """Run the model on ``windows`` (num, seq) in batches and keep the decoder layers' inputs.
+
+    Keeps layer 0's hidden states and every layer's side inputs (the layers themselves are skipped, see the
+    module docstring).
 
     Raises :class:`ToolkitError` when the model's forward does not call every decoder layer.
     """
@@ -202,10 +204,8 @@ def capture_layer_inputs(
 
     with _recording_layers(layers, record), outside_layers_on(model, layers, device), torch.no_grad():
         for batch, start in enumerate(range(0, windows.shape[0], batch_size)):
-            try:
+            with contextlib.suppress(_StopForward):
                 model(input_ids=windows[start : start + batch_size].to(device), use_cache=False)
-            except _StopForward:
-                pass
             if len(captured.sides) != batch + 1 or len(captured.sides[-1]) != len(layers):
                 raise ToolkitError(f"{type(model).__name__}'s forward did not call each of its {len(layers)} "
                                    "decoder layers once; this architecture is not supported")

@@ -34,8 +34,11 @@ def max_positions(model: nn.Module) -> int | None:
 
 
 def check_context(loaded: LoadedModel, seqlen: int | None = None, eval_seqlen: int | None = None) -> None:
-    """Raise :class:`ToolkitError` when ``seqlen`` (calibration, or the eval command's window) or
-    ``eval_seqlen`` exceeds the positions of ``loaded``; None skips a length."""
+    """Raise :class:`ToolkitError` when a sequence length exceeds the positions of ``loaded``.
+
+    The lengths are ``seqlen`` (calibration, or the eval command's window) and ``eval_seqlen``; None skips a
+    length.
+    """
     limit = max_positions(loaded.model)
     if limit is None:
         return

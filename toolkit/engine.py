@@ -48,7 +48,7 @@ from toolkit.linear_solve import prune_group, reconstruction_errors
 from toolkit.memory import keep_freed_memory
 from toolkit.methods.base import MethodSpec, Scope, Stat
 from toolkit.models import decoder_layers, get_weight, layer_linears
-from toolkit.parallel import Lane, prune_in_parallel, resolve_devices
+from toolkit.parallel import Lane, LayerSteps, prune_in_parallel, resolve_devices
 from toolkit.sparsity import Target, validate_for_shape
 from toolkit.spec import Compression, as_compression
 from toolkit.stats import discover_groups
@@ -82,8 +82,9 @@ def check_targets(model: nn.Module, spec: MethodSpec, compression: Compression |
     if compression.sparsity is not None:
         for index, layer in enumerate(layers):
             for name, module in layer_linears(layer).items():
+                rows, cols = get_weight(module).shape  # (out, in)
                 try:
-                    validate_for_shape(compression.sparsity, tuple(get_weight(module).shape))
+                    validate_for_shape(compression.sparsity, (rows, cols))
                 except ToolkitError as exc:
                     raise ToolkitError(f"layer {index} {name}: {exc}") from None
     return list(layer_linears(layers[0]))
@@ -141,7 +142,8 @@ def _prune_blocks(model: nn.Module, windows: Tensor, spec: MethodSpec, compressi
                   method_cfg: object, **engine: object) -> EngineResult:
     """Dispatch a block-scope method to :mod:`toolkit.block_engine` (imported only when one runs)."""
     try:
-        from toolkit.block_engine import prune_blocks
+        # an optional module, absent from some checkouts: a missing one is reported below
+        from toolkit.block_engine import prune_blocks  # pyright: ignore[reportMissingImports]
     except ModuleNotFoundError as exc:
         if exc.name != "toolkit.block_engine":
             raise
@@ -191,9 +193,8 @@ def _prune_in_parallel(run: RunState, layers: nn.ModuleList, inputs: LayerInputs
         _prune_layer(lanes[id(lane)], index, len(layers), layer, layer_inputs, None)
 
     try:
-        prune_in_parallel(layers, inputs, devices, prune_one=prune_one,
-                          dense_next=lambda layer, x: _dense_next(run, layer, x), cancelled=run.cancelled,
-                          writeback=run.writeback)
+        steps = LayerSteps(prune_one=prune_one, dense_next=lambda layer, x: _dense_next(run, layer, x))
+        prune_in_parallel(layers, inputs, devices, steps, cancelled=run.cancelled, writeback=run.writeback)
     finally:
         for worker in lanes.values():
             run.result.merge(worker.result)

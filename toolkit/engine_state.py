@@ -19,8 +19,8 @@ from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import Event
 from toolkit.methods.base import MethodSpec, Stat
 from toolkit.quant import QuantState
-from toolkit.spec import Compression, QuantSpec
 from toolkit.sparsity import Target
+from toolkit.spec import Compression, QuantSpec
 from toolkit.writeback import WriteBack
 
 LinearKey = tuple[int, str]  # (decoder layer, qualified linear name inside it)
@@ -63,8 +63,11 @@ class EngineConfig:
 
 @dataclass
 class EngineResult:
-    """What the engine measured: per-linear records, weights kept per linear (from the keep-masks),
-    the grids of the quantized linears, pruning seconds."""
+    """What the engine measured.
+
+    Per-linear records, weights kept per linear (from the keep-masks), the grids of the quantized linears,
+    pruning seconds.
+    """
 
     layers: list[dict] = field(default_factory=list)
     kept: dict[LinearKey, int] = field(default_factory=dict)
@@ -118,14 +121,17 @@ class RunState:
 
     @property
     def sequential(self) -> str:
+        """The statistics grouping (``group`` | ``layer``): the run's setting, else the method's default."""
         return self.cfg.sequential or self.spec.sequential
 
     @property
     def propagate(self) -> str:
+        """Layer i+1's inputs (``pruned`` | ``dense``): the run's setting, else the method's default."""
         return self.cfg.propagate or self.spec.propagate
 
     @property
     def needs_cross(self) -> bool:
+        """True when the method asks for :attr:`Stat.CROSS` or :attr:`Stat.DENSE_GRAM` (a dense copy's inputs)."""
         return Stat.CROSS in self.spec.needs or Stat.DENSE_GRAM in self.spec.needs
 
     def check_cancel(self) -> None:

@@ -9,5 +9,5 @@ class NumericalError(ToolkitError):
     """A solve failed even after the bounded damping escalation (R12)."""
 
 
-class RunCancelled(Exception):  # noqa: N818 - it is a signal, not an error
+class RunCancelled(Exception):  # no Error suffix: it is a signal, not an error
     """Raised at a cancellation point when the run's cancel token is set."""

@@ -22,7 +22,7 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data dict with ``type``; non-finite floats become None (valid JSON)."""
-        data = {"type": self.kind}
+        data: dict[str, Any] = {"type": self.kind}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             data[f.name] = None if isinstance(value, float) and not math.isfinite(value) else value

@@ -26,7 +26,7 @@ import copy
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -39,7 +39,7 @@ from toolkit.tokenizers import TextCodec
 FORMAT = "pack-quantized"
 
 
-def pack_codes(codes: Tensor, bits: int, packed_dim: int = 1) -> Tensor:
+def pack_codes(codes: Tensor, bits: int, packed_dim: Literal[0, 1] = 1) -> Tensor:
     """Unsigned codes in [0, 2^bits) → compressed-tensors int32 words (signed offset applied)."""
     from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
 
@@ -47,7 +47,7 @@ def pack_codes(codes: Tensor, bits: int, packed_dim: int = 1) -> Tensor:
     return pack_to_int32(signed, bits, packed_dim=packed_dim)
 
 
-def unpack_codes(packed: Tensor, bits: int, shape: tuple[int, int], packed_dim: int = 1) -> Tensor:
+def unpack_codes(packed: Tensor, bits: int, shape: tuple[int, int], packed_dim: Literal[0, 1] = 1) -> Tensor:
     """Inverse of :func:`pack_codes`: (shape) uint8 codes in [0, 2^bits)."""
     from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
 
@@ -75,9 +75,16 @@ def _check(model: nn.Module, states: dict[str, QuantState]) -> None:
                                "compressed-tensors needs whole groups (use a divisor or g0)")
 
 
-def _config(states: dict[str, QuantState]) -> Any:  # noqa: ANN401 - a compressed_tensors QuantizationConfig
+def _config(states: dict[str, QuantState]) -> Any:  # a compressed_tensors QuantizationConfig
     """One config group per distinct grid, targeting the linears by exact name."""
-    from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationScheme
+    from compressed_tensors.quantization import (
+        QuantizationArgs,
+        QuantizationConfig,
+        QuantizationScheme,
+        QuantizationStatus,
+        QuantizationStrategy,
+        QuantizationType,
+    )
 
     groups: dict[tuple, list[str]] = {}
     for name, state in states.items():
@@ -87,10 +94,16 @@ def _config(states: dict[str, QuantState]) -> Any:  # noqa: ANN401 - a compresse
         groups.setdefault(key, []).append(name)
     schemes = {}
     for i, ((bits, symmetric, group), names) in enumerate(groups.items()):
-        args = QuantizationArgs(num_bits=bits, type="int", symmetric=symmetric,
-                                strategy="channel" if group is None else "group", group_size=group)
+        strategy = QuantizationStrategy.CHANNEL if group is None else QuantizationStrategy.GROUP
+        args = QuantizationArgs(num_bits=bits, type=QuantizationType.INT, symmetric=symmetric, strategy=strategy,
+                                group_size=group)
         schemes[f"group_{i}"] = QuantizationScheme(targets=names, weights=args)
-    return QuantizationConfig(config_groups=schemes, quantization_status="frozen")
+    return QuantizationConfig(config_groups=schemes, quantization_status=QuantizationStatus.FROZEN)
+
+
+def _tensor(module: nn.Module, name: str) -> Tensor:
+    """``module.<name>``, a tensor (torch types a module attribute as Tensor | Module)."""
+    return cast(Tensor, getattr(module, name))
 
 
 def _load_grid(module: nn.Module, state: QuantState) -> None:
@@ -98,21 +111,25 @@ def _load_grid(module: nn.Module, state: QuantState) -> None:
     from toolkit.quant import dequantize
 
     offset = 1 << (state.spec.bits - 1)
-    module.weight.data.copy_(dequantize(state).to(module.weight.dtype))
-    module.weight_scale.data.copy_(state.scales.reshape(module.weight_scale.shape))
+    weight, scale = _tensor(module, "weight"), _tensor(module, "weight_scale")
+    weight.data.copy_(dequantize(state).to(weight.dtype))
+    scale.data.copy_(state.scales.reshape(scale.shape))
     if hasattr(module, "weight_zero_point"):
-        zeros = (state.zeros.round() - offset).reshape(module.weight_zero_point.shape)
-        module.weight_zero_point.data.copy_(zeros.to(module.weight_zero_point.dtype))
+        zero_point = _tensor(module, "weight_zero_point")
+        zeros = (state.zeros.round() - offset).reshape(zero_point.shape)
+        zero_point.data.copy_(zeros.to(zero_point.dtype))
 
 
 def _store_codes(module: nn.Module, state: QuantState) -> None:
     """Replace the packed tensors the compressor derived by the state's own codes, and check them."""
     bits = state.spec.bits
-    module.weight_packed.data = pack_codes(state.codes.cpu(), bits).to(module.weight_packed.device)
+    packed = _tensor(module, "weight_packed")
+    packed.data = pack_codes(state.codes.cpu(), bits).to(packed.device)
     if not state.spec.symmetric and hasattr(module, "weight_zero_point"):
+        zero_point = _tensor(module, "weight_zero_point")
         zeros = state.zeros.round().to(torch.uint8).cpu()
-        module.weight_zero_point.data = pack_codes(zeros, bits, packed_dim=0).to(module.weight_zero_point.device)
-    back = unpack_codes(module.weight_packed.data.cpu(), bits, state.shape)
+        zero_point.data = pack_codes(zeros, bits, packed_dim=0).to(zero_point.device)
+    back = unpack_codes(packed.data.cpu(), bits, state.shape)
     assert torch.equal(back, state.codes.cpu()), "pack/unpack round trip of the codes failed"
 
 
@@ -140,7 +157,7 @@ def _sizes(folder: Path, model: nn.Module, states: dict[str, QuantState]) -> dic
 
 
 def _dtype(name: str) -> torch.dtype:
-    """safetensors dtype string → torch dtype."""
+    """Safetensors dtype string → torch dtype."""
     table = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I32": torch.int32,
              "I64": torch.int64, "I8": torch.int8, "U8": torch.uint8, "F64": torch.float64}
     return table[name]

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from torch import Tensor, nn
@@ -102,11 +103,8 @@ def gather_stats(
                 pass
         dense_seen: dict[str, Tensor] = {}
         if dense_layer is not None:
-            with capture_inputs(dense_heads, dense_seen.__setitem__, set(heads)):
-                try:
-                    run_layer(dense_layer, inputs, b)
-                except StopForward:
-                    pass
+            with capture_inputs(dense_heads, dense_seen.__setitem__, set(heads)), contextlib.suppress(StopForward):
+                run_layer(dense_layer, inputs, b)
         for name, stats in acc.items():
             stats.add(seen[name], dense_seen.get(name, seen[name]) if run.needs_cross else None)
     return [acc[group[0]].finish(f"layer {run.layer} {group[0]}") for group in groups]

@@ -40,8 +40,11 @@ from toolkit.writeback import WriteBack
 
 @dataclass
 class LayerResult:
-    """What one method did to layers 0..upto: events, keep-masks ``{(layer, linear): (out, in) bool}``,
-    quantization states of the quantized linears, ppl."""
+    """What one method did to layers 0..upto.
+
+    Events, keep-masks ``{(layer, linear): (out, in) bool}``, quantization states of the quantized linears,
+    ppl.
+    """
 
     method: str
     sparsity: str  # the compression's label (``50%``, ``2:4+int4:g128``)
@@ -82,8 +85,10 @@ class LayerLab:
 
     def prune(self, method: str, sparsity: str | None = "50%", options: dict[str, Any] | None = None, *,
               quant: str | None = None, unit: str | None = None) -> LayerResult:
-        """Compress layers 0..upto with ``method`` (``sparsity``, ``quant``, ``unit`` as on the command
-        line); measure perplexity; restore the dense model."""
+        """Compress layers 0..upto with ``method``, measure perplexity, restore the dense model.
+
+        ``sparsity``, ``quant`` and ``unit`` are as on the command line.
+        """
         spec, compression = get_method(method), parse_compression(sparsity, quant, unit)
         check_targets(self.loaded.model, spec, compression)
         result = LayerResult(method=method, sparsity=compression.label, options=dict(options or {}))

@@ -5,7 +5,8 @@ run's sparsity target and a :class:`SolveContext` carrying the run's quantizatio
 returns a :class:`PruneResult`. The engine then
 
 1. derives the weight to write: the method's weight, or, when it returned a quantization state,
-   ``state.effective_weight()`` (``dequantize(state)``) with the pruned entries zeroed (the state is the truth, STYLE R3);
+   ``state.effective_weight()`` (``dequantize(state)``) with the pruned entries zeroed (the state is the truth,
+   STYLE R3);
 2. writes it through the run's :class:`~toolkit.writeback.WriteBack` journal (undone on failure);
 3. measures rel_error = ‖(W* − W)X*‖/‖WX*‖ = sqrt(tr(ΔW G* ΔWᵀ)/tr(W G* Wᵀ)) and, with the cross
    statistics, rel_error_dense = ‖W*X* − WX‖/‖WX‖ from tr(W*G*W*ᵀ) − 2tr(W*CWᵀ) + tr(WGWᵀ);
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -45,7 +47,7 @@ def prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str], 
         keep = result.keep_mask.to(W.device, torch.bool)
         new = _written_weight(run, index, name, W, keep, result)
         run.writeback.weight(module, new)
-        _report(run, name, W, new, keep, result, stats, seconds)
+        _report(run, _Solved(name, W, new, keep, result, seconds), stats)
 
 
 def _written_weight(run: RunState, index: int, name: str, W: Tensor, keep: Tensor, result: PruneResult) -> Tensor:
@@ -64,9 +66,22 @@ def _written_weight(run: RunState, index: int, name: str, W: Tensor, keep: Tenso
     return new
 
 
-def _report(run: RunState, name: str, W: Tensor, new: Tensor, keep: Tensor, result: PruneResult,
-            stats: LinearStats, seconds: float) -> None:
+@dataclass(frozen=True)
+class _Solved:
+    """What solving one linear gave: the weight before and the one written, the keep-mask, the result."""
+
+    name: str
+    weight: Tensor  # (out, in) float32, before
+    new: Tensor  # (out, in) float32, written
+    keep: Tensor  # (out, in) bool
+    result: PruneResult
+    seconds: float
+
+
+def _report(run: RunState, solved: _Solved, stats: LinearStats) -> None:
     """Record the linear in the run's result, hand its mask and state to the sinks, emit SublayerPruned."""
+    name, W, new, keep, result, seconds = (solved.name, solved.weight, solved.new, solved.keep, solved.result,
+                                           solved.seconds)
     index, numel = run.layer, W.numel()
     kept = int(keep.sum())
     bits, quant_error = math.nan, math.nan

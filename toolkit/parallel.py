@@ -1,5 +1,6 @@
-"""Parallel layer pruning on several devices (FISTAPruner §3.4: with dense inputs the decoder
-layers are independent units).
+"""Parallel layer pruning on several devices.
+
+FISTAPruner §3.4: with dense inputs the decoder layers are independent units.
 
 With ``propagate="dense"`` layer i+1 sees the *dense* outputs of layer i, so its inputs do not wait
 for layer i's pruning. The calling thread walks the layers, runs each dense layer once on the main
@@ -58,9 +59,12 @@ def resolve_devices(spec: str, main: torch.device, propagate: str,
 
 @dataclass
 class Lane:
-    """What one worker thread gets: its device, its own weight journal (merged into the run's at
+    """What one worker thread gets.
+
+    Its device, its own weight journal (merged into the run's at
     the end), a cancellation check that also fires when another worker failed, and ``serial``,
-    which wraps a sink (events, masks) so that calls from every lane happen one at a time."""
+    which wraps a sink (events, masks) so that calls from every lane happen one at a time.
+    """
 
     device: torch.device
     writeback: WriteBack
@@ -68,23 +72,35 @@ class Lane:
     serial: Callable[[Callable[..., None]], Callable[..., None]]
 
 
+@dataclass(frozen=True)
+class LayerSteps:
+    """The two per-layer steps the engine supplies to :func:`prune_in_parallel`.
+
+    ``prune_one(lane, index, layer, inputs)`` prunes one layer in place (the layer and its inputs
+    already on the lane's device) and writes through ``lane.writeback``; ``dense_next(layer,
+    inputs)`` returns the next layer's inputs from the dense layer on the main device.
+    """
+
+    prune_one: Callable[[Lane, int, nn.Module, LayerInputs], object]
+    dense_next: Callable[[nn.Module, LayerInputs], LayerInputs]
+
+
 def prune_in_parallel(
     layers: nn.ModuleList,
     inputs: LayerInputs,
     devices: list[torch.device],
+    steps: LayerSteps,
     *,
-    prune_one: Callable[[Lane, int, nn.Module, LayerInputs], object],
-    dense_next: Callable[[nn.Module, LayerInputs], LayerInputs],
     cancelled: Callable[[], bool],
     writeback: WriteBack,
 ) -> None:
     """Prune every layer of ``layers``, one worker thread (a :class:`Lane`) per device.
 
-    ``prune_one(lane, index, layer, inputs)`` prunes one layer in place (the layer and its inputs
-    already on the lane's device) and writes through ``lane.writeback``; ``dense_next(layer,
-    inputs)`` returns the next layer's inputs from the dense layer on the main device. Every lane's
-    journal is absorbed into ``writeback`` at the end, also on failure, so the caller can restore.
+    Each layer goes through ``steps.prune_one`` on a lane; ``steps.dense_next`` makes the next layer's
+    inputs on this thread (see :class:`LayerSteps`). Every lane's journal is absorbed into
+    ``writeback`` at the end, also on failure, so the caller can restore.
     """
+    prune_one = steps.prune_one
     lock = threading.Lock()
     abort = threading.Event()
 
@@ -112,7 +128,7 @@ def prune_in_parallel(
             free.put(slot)
 
     try:
-        futures = _dispatch(layers, inputs, len(devices), job, free, dense_next,
+        futures = _dispatch(layers, inputs, _Slots(len(devices), free, job), steps.dense_next,
                             lambda: abort.is_set() or cancelled())
         if cancelled():
             raise RunCancelled("cancelled")
@@ -133,26 +149,35 @@ def _on_device(layer: nn.Module, device: torch.device, work: Callable[[], object
             layer.to(home)
 
 
+@dataclass(frozen=True)
+class _Slots:
+    """The worker slots (one per device): how many, the free ones, and the ``job(slot, index, layer, inputs)``."""
+
+    count: int
+    free: queue.Queue[int]
+    job: Callable[[int, int, nn.Module, LayerInputs], None]
+
+
 def _dispatch(
-    layers: nn.ModuleList, inputs: LayerInputs, workers: int, job: Callable[[int, int, nn.Module, LayerInputs], None],
-    free: queue.Queue[int], dense_next: Callable[[nn.Module, LayerInputs], LayerInputs], stop: Callable[[], bool],
+    layers: nn.ModuleList, inputs: LayerInputs, slots: _Slots,
+    dense_next: Callable[[nn.Module, LayerInputs], LayerInputs], stop: Callable[[], bool],
 ) -> list[Future]:
     """Walk the layers on this thread, handing each with its dense inputs to the next free slot."""
     futures: list[Future] = []
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prune-layer") as pool:
+    with ThreadPoolExecutor(max_workers=slots.count, thread_name_prefix="prune-layer") as pool:
         for index, layer in enumerate(layers):
             # the dense outputs first: once handed over, the worker writes pruned weights into layer
             following = dense_next(layer, inputs) if index + 1 < len(layers) else inputs
-            slot = free.get()  # wait for a device
+            slot = slots.free.get()  # wait for a device
             if stop():
                 break
-            futures.append(pool.submit(job, slot, index, layer, inputs))
+            futures.append(pool.submit(slots.job, slot, index, layer, inputs))
             inputs = following
     return futures
 
 
 def _raise_first(futures: list[Future]) -> None:
     """Re-raise the first real failure, not the cancellations it caused in the other workers."""
-    errors = [f.exception() for f in futures if f.exception() is not None]
+    errors = [error for f in futures if (error := f.exception()) is not None]
     if errors:
         raise next((e for e in errors if not isinstance(e, RunCancelled)), errors[0])

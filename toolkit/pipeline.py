@@ -114,7 +114,7 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
                       sparsity=config.compression.label, options=dataclasses.asdict(run.method_cfg),
                       protocol=run.protocol, num_layers=len(decoder_layers(model)), linears=run.linears,
                       device=str(run.device), compression=config.compression.to_dict()))
-    dense_ppl = _dense_eval(config, run.loaded, run.test, run.device, run.protocol, record, progress, cancel)
+    dense_ppl = _dense_eval(config, run, record, progress, cancel)
     before = linear_shapes(model)
     result = prune_layers(model, run.calibration, run.spec, config.compression, run.method_cfg,
                           cfg=run.engine_cfg, emit=record, cancelled=lambda: cancel.cancelled,
@@ -165,15 +165,16 @@ def _eval(loaded: LoadedModel, windows: torch.Tensor, device: torch.device, whic
                       cancelled=lambda: cancel.cancelled)
 
 
-def _dense_eval(config: Any, loaded: LoadedModel, test: torch.Tensor | None, device: torch.device,
-                protocol: dict, record: Callable[[Event], None], progress: Progress, cancel: Any) -> dict[str, float]:
+def _dense_eval(config: Any, run: Prepared, record: Callable[[Event], None], progress: Progress,
+                cancel: Any) -> dict[str, float]:
     """Dense perplexity (with --eval-dense), from the cache when this protocol was measured before."""
+    test = run.test
     if test is None or not config.eval_dense:
         return {}
-    key = dense_ppl_key(loaded, test, protocol["evaluation"])
+    key = dense_ppl_key(run.loaded, test, run.protocol["evaluation"])
     value = cached_dense_ppl(key)
     if value is None:
-        value = _eval(loaded, test, device, "dense", progress, cancel)
+        value = _eval(run.loaded, test, run.device, "dense", progress, cancel)
         store_dense_ppl(key, value)
     record(EvalPoint(dataset=config.eval_data, which="dense", ppl=value, seq_len=config.eval_seqlen,
                      windows=int(test.shape[0]), tokens=int(test.numel())))

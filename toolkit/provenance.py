@@ -29,7 +29,7 @@ _EDGE = 2**20  # bytes hashed at each end of a weights file
 
 
 def versions() -> dict[str, str]:
-    """torch / transformers / python versions and the git hash of the checkout (if any)."""
+    """Torch / transformers / python versions and the git hash of the checkout (if any)."""
     import torch
     import transformers
 
@@ -95,8 +95,11 @@ def _file_stamp(path: Path) -> list[Any]:
 
 
 def weights_stamp(source: Path | None) -> Any:
-    """What identifies the weights read from ``source``: a file's stamp, or name, size and mtime of
-    every file of a folder; None for models built in memory or fetched from the hub."""
+    """What identifies the weights read from ``source``.
+
+    A file's stamp, or name, size and mtime of every file of a folder; None for models built in memory or
+    fetched from the hub.
+    """
     if source is None:
         return None
     if source.is_file():

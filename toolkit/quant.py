@@ -51,8 +51,9 @@ class QuantState:
         return QuantState(self.codes.to(device), self.scales.to(device), self.zeros.to(device), self.spec)
 
     def effective_weight(self) -> Tensor:
-        """The (out, in) float32 weight the model computes with: ``dequantize(self)`` (subclasses that
-        fold an input scale into the codes, like AWQ's, undo it here).
+        """The (out, in) float32 weight the model computes with: ``dequantize(self)``.
+
+        Subclasses that fold an input scale into the codes, like AWQ's, undo it here.
         """
         return dequantize(self)
 
@@ -68,8 +69,9 @@ def num_groups(spec: QuantSpec, columns: int) -> int:
 
 
 def _grouped(W: Tensor, width: int) -> Tensor:
-    """(out, groups, width): rows cut into groups; a short last group is padded by repeating its last
-    column, which changes neither its min nor its max.
+    """(out, groups, width): rows cut into groups.
+
+    A short last group is padded by repeating its last column, which changes neither its min nor its max.
     """
     rows, cols = W.shape
     pad = (-cols) % width

@@ -44,8 +44,11 @@ SCHEMA = 2  # the layout this module writes; readers accept 1 and 2
 
 @dataclass(frozen=True)
 class StoredQuant:
-    """A linear's quantization state as stored: codes (out, in) uint8, scales and zero points
-    (out, groups) float32, and the grid (dequantized ŵ = (codes − zeros) · scales per group)."""
+    """A linear's quantization state as stored.
+
+    Codes (out, in) uint8, scales and zero points (out, groups) float32, and the grid (dequantized
+    ŵ = (codes − zeros) · scales per group).
+    """
 
     codes: np.ndarray
     scales: np.ndarray
@@ -68,7 +71,8 @@ class RunWriter:
 
     def __init__(self, root: str | Path, config: dict[str, Any]) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        compression = config.get("compression") if isinstance(config.get("compression"), dict) else {}
+        raw = config.get("compression")
+        compression = raw if isinstance(raw, dict) else {}
         what = compression.get("label") or config.get("sparsity", "")
         run_id = f"{stamp}-{_slug(config.get('method', 'run'))}-{_slug(str(what))}-{secrets.token_hex(2)}"
         self.path = Path(root) / run_id
@@ -90,7 +94,8 @@ class RunWriter:
     def mask(self, layer: int, name: str, keep_mask: np.ndarray) -> None:
         """Store a keep-mask (bool, (out, in)) bit-packed."""
         keep = np.asarray(keep_mask, dtype=bool)
-        np.savez(self.path / "masks" / _mask_file(layer, name), bits=np.packbits(keep.ravel()), shape=np.array(keep.shape))
+        np.savez(self.path / "masks" / _mask_file(layer, name), bits=np.packbits(keep.ravel()),
+                 shape=np.array(keep.shape))
 
     def quant(self, layer: int, name: str, state: StoredQuant) -> None:
         """Store a linear's quantization state (codes, scales, zeros and the grid) beside its mask."""

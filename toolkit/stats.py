@@ -113,8 +113,11 @@ def _flat(x: Tensor) -> Tensor:
 def capture_inputs(
     modules: dict[str, nn.Module], sink: Callable[[str, Tensor], None], stop_after: set[str] | None = None
 ) -> Iterator[None]:
-    """Call ``sink(name, input)`` whenever a module runs; raise :class:`StopForward` once every
-    module in ``stop_after`` has run (early exit). Hooks are removed on exit."""
+    """Call ``sink(name, input)`` whenever a module runs.
+
+    Raises :class:`StopForward` once every module in ``stop_after`` has run (early exit). Hooks are removed
+    on exit.
+    """
     seen: set[str] = set()
 
     def make_hook(name: str) -> Callable:
@@ -134,7 +137,9 @@ def capture_inputs(
             handle.remove()
 
 
-def discover_groups(layer: nn.Module, linears: dict[str, nn.Module], run_layer: Callable[[], object]) -> list[list[str]]:
+def discover_groups(
+    layer: nn.Module, linears: dict[str, nn.Module], run_layer: Callable[[], object]
+) -> list[list[str]]:
     """Groups of linears fed the very same input tensor, in call order (one probe forward).
 
     Linears that never run in the probe are left out (the caller warns about them).

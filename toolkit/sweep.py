@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from toolkit.api import CancelToken, RunConfig, find_finished, run
 from toolkit.errors import ToolkitError
@@ -78,7 +78,12 @@ def plan(
     return configs, skipped
 
 
-def _labels(config: RunConfig) -> dict[str, str]:
+class _Labels(TypedDict):
+    sparsity: str
+    pattern: str
+
+
+def _labels(config: RunConfig) -> _Labels:
     """``sparsity`` (the compression's label) and ``pattern`` of a config's point."""
     pattern = "none" if config.sparsity is None else target_kind(config.sparsity)
     return {"sparsity": config.compression.label, "pattern": pattern}

@@ -15,8 +15,15 @@ class TextCodec(Protocol):
     one folder share a name but not a fingerprint), so caches key on it.
     """
 
-    name: str
-    bos_id: int | None
+    @property
+    def name(self) -> str:
+        """The tokenizer's name, for people."""
+        ...
+
+    @property
+    def bos_id(self) -> int | None:
+        """The BOS id put at the start of every window where the model needs one, else None."""
+        ...
 
     @property
     def fingerprint(self) -> str:
@@ -49,10 +56,20 @@ class HFCodec:
         self.name = getattr(tokenizer, "name_or_path", "hf")
         self.bos_id = tokenizer.bos_token_id
 
-    @cached_property
+    # A plain property over a cached one: pyright does not accept a cached_property for the protocol's
+    # read-only property (https://github.com/microsoft/pyright/issues/4343).
+    @property
     def fingerprint(self) -> str:
-        """sha256 of the full definition of a fast tokenizer (its tokenizer.json: vocabulary, merges,
-        normalizer, pre-tokenizer), else of its class and sorted vocabulary, plus the BOS id."""
+        """Sha256 of the tokenizer's definition, plus the BOS id (computed once, see :attr:`_fingerprint`)."""
+        return self._fingerprint
+
+    @cached_property
+    def _fingerprint(self) -> str:
+        """Sha256 of the tokenizer's definition, plus the BOS id.
+
+        The full definition of a fast tokenizer (its tokenizer.json: vocabulary, merges, normalizer,
+        pre-tokenizer), else its class and sorted vocabulary.
+        """
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         if backend is not None:
             definition = backend.to_str()

@@ -318,7 +318,7 @@ def sweep_figure(points: Sequence[Mapping[str, Any]], *, dense_ppl: float | None
     if dense_ppl is not None and math.isfinite(dense_ppl):
         xs = _finite([_float(p.get("achieved_sparsity")) for p in points])
         data.append({"type": "scatter", "mode": "lines", "name": f"dense ({dense_ppl:.2f})",
-                     "x": [0.0, max(xs + [0.7])], "y": [dense_ppl, dense_ppl],
+                     "x": [0.0, max([*xs, 0.7])], "y": [dense_ppl, dense_ppl],
                      "line": {"dash": "dash", "color": "#444"}})
     if not data:
         return note_figure(title, "points appear as the runs finish", 420, revision)

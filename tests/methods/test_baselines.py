@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from tests.conftest import correlated_stats
+from toolkit.engine import reconstruction_errors
+from toolkit.errors import NumericalError, ToolkitError
 from toolkit.events import RunWarning
 from toolkit.methods import METHODS, get_method
 from toolkit.methods.base import LinearStats, SolveContext, damped_cholesky_inverse
-from toolkit.errors import NumericalError, ToolkitError
-from toolkit.engine import reconstruction_errors
 from toolkit.sparsity import NM, Structured, Unstructured, nm_violations
 
 BASELINES = ("magnitude", "wanda", "sparsegpt")
@@ -61,7 +61,7 @@ def test_exact_sparsity_and_pattern(name: str, target: object, stats256: tuple) 
 
 @pytest.mark.parametrize("target", (Unstructured(0.5), NM(2, 4), NM(4, 8)), ids=str)
 def test_error_order_sparsegpt_wanda_magnitude(target: object) -> None:
-    X, stats = correlated_stats(256, seed=3)
+    _, stats = correlated_stats(256, seed=3)
     W = torch.randn(128, 256)
     errors = {name: reconstruction_errors(W, _solve(name, W, stats, target).weight, stats)[0] for name in BASELINES}
     assert errors["sparsegpt"] <= errors["wanda"] <= errors["magnitude"], errors

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -180,7 +181,7 @@ def test_lambda_moves_the_way_the_ratio_asks() -> None:
     assert up[0].ratio > 0.3 and up[1].lam > up[0].lam
     assert down[0].sparsity_before_rounding == 1.0 and down[0].ratio <= 0.3 and down[1].lam < down[0].lam
     for steps in (up, down):
-        for before, after in zip(steps, steps[1:], strict=False):
+        for before, after in itertools.pairwise(steps):
             assert (after.lam > before.lam) == (before.ratio > before.xi)
 
 
@@ -275,8 +276,8 @@ def test_correlated_inputs_fista_beats_sparsegpt_beats_magnitude() -> None:
     assert errors[0] <= errors[1] * (1 + 1e-6) and errors[1] < errors[2]
     # the paper's arithmetic bisection jumps from λ₀ to 5e5 and spends T on over-sparse rounds here;
     # geometric midpoints with more patience find the λ where the rounded FISTA solution wins
-    tuned = fista.prune(W, stats, target, fista.FistaConfig(warm_start="sparsegpt", bisection="geometric", max_rounds=100,
-                                                            patience=10), ctx)
+    tuned_cfg = fista.FistaConfig(warm_start="sparsegpt", bisection="geometric", max_rounds=100, patience=10)
+    tuned = fista.prune(W, stats, target, tuned_cfg, ctx)
     assert tuned.info["chosen"] == "fista"
     assert reconstruction_errors(W, tuned.weight, stats)[0] < 0.9 * errors[1]
 

@@ -48,7 +48,7 @@ def test_identity_hessian_equals_rtn(spec: QuantSpec, act_order: bool) -> None:
 
 
 def test_matches_the_unblocked_obs_reference() -> None:
-    X, stats = correlated_stats(48, tokens=500, seed=5)
+    _, stats = correlated_stats(48, tokens=500, seed=5)
     W = torch.randn(6, 48, generator=torch.Generator().manual_seed(6))
     spec = QuantSpec(3, 16)
     result = solve(W, stats, spec, block_size=32)

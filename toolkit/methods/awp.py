@@ -51,7 +51,14 @@ from toolkit.methods import wanda
 from toolkit.methods.awp_projection import Iterate, Projector
 from toolkit.methods.awp_solver import STOP_RULES, Outcome, Quadratic, Schedule, run_pgd
 from toolkit.methods.base import (
-    SOLVER_DTYPE, LinearStats, MethodSpec, Produces, PruneResult, SolveContext, Stat, option,
+    SOLVER_DTYPE,
+    LinearStats,
+    MethodSpec,
+    Produces,
+    PruneResult,
+    SolveContext,
+    Stat,
+    option,
 )
 from toolkit.methods.quant_base import all_kept, checked_gram, sparse_target, stats_on
 from toolkit.quant import dequantize, quantize

@@ -46,8 +46,11 @@ class Iterate:
 
 
 def keep_largest_per_row(scores: Tensor, prune: int) -> Tensor:
-    """:func:`~toolkit.sparsity.keep_topk_per_row` (same mask), with a fast path when no row has ties at
-    its threshold: then the ``prune`` entries ≤ the ``prune``-th smallest are exactly the ones dropped."""
+    """:func:`~toolkit.sparsity.keep_topk_per_row` (same mask), with a fast path.
+
+    The fast path applies when no row has ties at its threshold: then the ``prune`` entries ≤ the
+    ``prune``-th smallest are exactly the ones dropped.
+    """
     if prune <= 0 or prune >= scores.shape[1]:
         return keep_topk_per_row(scores, prune)
     threshold = torch.kthvalue(scores, prune, dim=1, keepdim=True).values

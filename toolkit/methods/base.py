@@ -65,9 +65,12 @@ class LinearStats:
 
 @dataclass
 class SolveContext:
-    """What a solver may do besides computing (emit events, honour cancellation), and the quantization
-    grid to produce: ``quant`` is the run's :class:`~toolkit.spec.QuantSpec` (None when only pruning),
-    while the sparsity target is the solver's ``target`` argument (None when only quantizing)."""
+    """What a solver may do besides computing, and the quantization grid to produce.
+
+    A solver may emit events and honour cancellation.
+    ``quant`` is the run's :class:`~toolkit.spec.QuantSpec` (None when only pruning),
+    while the sparsity target is the solver's ``target`` argument (None when only quantizing).
+    """
 
     layer: int = 0
     name: str = ""
@@ -143,8 +146,10 @@ class MethodSpec:
         return isinstance(target, self.targets)
 
     def check(self, compression: Compression) -> None:
-        """Raise a one-line :class:`ToolkitError` naming what the method supports when it cannot meet
-        ``compression`` (checked before the model loads)."""
+        """Raise a one-line :class:`ToolkitError` when the method cannot meet ``compression``.
+
+        The message names what the method supports; this is checked before the model loads.
+        """
         kinds = {Unstructured: "unstructured (50%)", NM: "n:m (2:4)", Structured: "structured (structured:30%)"}
         patterns = ", ".join(kinds[t] for t in self.targets if t in kinds) or "no sparsity pattern"
         if compression.sparsity is not None and not self.supports(compression.sparsity):
@@ -187,7 +192,7 @@ def _convert(raw: Any, tp: Any, name: str, method: str) -> Any:
             return float(raw)
         if tp is int and isinstance(raw, int) and not isinstance(raw, bool):
             return raw
-        if tp is bool and isinstance(raw, bool) or tp is str and isinstance(raw, str):
+        if (tp is bool and isinstance(raw, bool)) or (tp is str and isinstance(raw, str)):
             return raw
         raise ToolkitError(f"option {name} of {method} must be {_type_name(tp)}, got {raw!r}")
     text = raw.strip()
@@ -235,7 +240,7 @@ def build_config(cls: type, options: dict[str, Any], method: str) -> Any:
         raise ToolkitError(f"invalid options for {method}: {exc}") from None
 
 
-def option(default: Any, help: str, choices: tuple = ()) -> Any:  # noqa: A002 - dataclass field help
+def option(default: Any, help: str, choices: tuple = ()) -> Any:  # `help` names the dataclass field's help text
     """A config field with its help text (shown by ``python -m toolkit methods`` and the app)."""
     return field(default=default, metadata={"help": help, "choices": choices})
 

@@ -57,7 +57,13 @@ from toolkit.events import LambdaStep, SolverStep
 from toolkit.methods import magnitude, sparsegpt, wanda
 from toolkit.methods.base import SOLVER_DTYPE, LinearStats, MethodSpec, PruneResult, SolveContext, Stat, option
 from toolkit.methods.fista_solver import (
-    InnerSettings, Quadratic, build_quadratic, fista, meets_target, round_to_target, zero_fraction,
+    InnerSettings,
+    Quadratic,
+    build_quadratic,
+    fista,
+    meets_target,
+    round_to_target,
+    zero_fraction,
 )
 from toolkit.sparsity import NM, Target, Unstructured, validate_for_shape
 
@@ -237,7 +243,7 @@ def _plain(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def prune(W: Tensor, stats: LinearStats, target: Target, cfg: FistaConfig, ctx: SolveContext) -> PruneResult:
+def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: FistaConfig, ctx: SolveContext) -> PruneResult:
     """FISTAPruner for one linear: W (out, in) float32 → pruned W* (out, in) float32 and its keep-mask.
 
     Needs ``stats.gram`` (G*), and for error correction ``stats.cross`` (C) and ``stats.dense_gram``
@@ -246,6 +252,7 @@ def prune(W: Tensor, stats: LinearStats, target: Target, cfg: FistaConfig, ctx: 
     result. Does not modify W or the statistics. Raises ToolkitError for a structured target or
     an n:m width mismatch, NumericalError for non-finite statistics.
     """
+    assert target is not None, "a pruning method always gets a sparsity target (MethodSpec.check)"
     if not isinstance(target, Unstructured | NM):
         raise ToolkitError(f"fista supports unstructured and n:m targets, not {target}; try wanda or sparsegpt")
     validate_for_shape(target, (W.shape[0], W.shape[1]))

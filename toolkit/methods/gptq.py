@@ -32,8 +32,16 @@ from torch import Tensor
 
 from toolkit.errors import ToolkitError
 from toolkit.methods.base import (
-    SOLVER_DTYPE, LinearStats, MethodSpec, Produces, PruneResult, SolveContext, Stat,
-    damped_cholesky_inverse, option, zero_dead_inputs,
+    SOLVER_DTYPE,
+    LinearStats,
+    MethodSpec,
+    Produces,
+    PruneResult,
+    SolveContext,
+    Stat,
+    damped_cholesky_inverse,
+    option,
+    zero_dead_inputs,
 )
 from toolkit.methods.quant_base import all_kept, checked_gram, quant_only
 from toolkit.quant import QuantState, dequantize, grid, group_width

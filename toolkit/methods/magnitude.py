@@ -19,8 +19,9 @@ class MagnitudeConfig:
     """Magnitude has no options."""
 
 
-def prune(W: Tensor, stats: LinearStats, target: Target, cfg: MagnitudeConfig, ctx: SolveContext) -> PruneResult:
+def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: MagnitudeConfig, ctx: SolveContext) -> PruneResult:
     """Keep-mask from |W| (out, in); the kept weights are unchanged."""
+    assert target is not None, "a pruning method always gets a sparsity target (MethodSpec.check)"
     keep = keep_mask_from_scores(W.abs(), target, group="matrix")
     return PruneResult(weight=W * keep, keep_mask=keep)
 

@@ -18,8 +18,16 @@ import torch
 from torch import Tensor
 
 from toolkit.methods.base import (
-    SOLVER_DTYPE, LinearStats, MethodSpec, PruneResult, SolveContext, Stat,
-    damped_cholesky_inverse, option, structured_supported, zero_dead_inputs,
+    SOLVER_DTYPE,
+    LinearStats,
+    MethodSpec,
+    PruneResult,
+    SolveContext,
+    Stat,
+    damped_cholesky_inverse,
+    option,
+    structured_supported,
+    zero_dead_inputs,
 )
 from toolkit.sparsity import NM, Structured, Target, Unstructured, keep_columns, keep_nm, keep_topk_global
 
@@ -52,11 +60,12 @@ def _block_mask(W1: Tensor, d: Tensor, target: Target, i1: int, i2: int) -> Tens
     return keep_topk_global(scores, _share(target.sparsity, W1.shape[0], i1, i2))
 
 
-def prune(W: Tensor, stats: LinearStats, target: Target, cfg: SparseGPTConfig, ctx: SolveContext) -> PruneResult:
+def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: SparseGPTConfig, ctx: SolveContext) -> PruneResult:
     """Run the SparseGPT sweep on W (out, in); returns the updated weight and its keep-mask."""
+    assert target is not None, "a pruning method always gets a sparsity target (MethodSpec.check)"
     W, H = zero_dead_inputs(W.to(SOLVER_DTYPE).clone(), stats.gram.to(SOLVER_DTYPE))
     U, damping = damped_cholesky_inverse(H, cfg.damp_frac, ctx)
-    rows, cols = W.shape
+    _, cols = W.shape
     block = cfg.block_size
     if isinstance(target, NM):
         block = max(target.m, block // target.m * target.m)

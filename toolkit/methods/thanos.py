@@ -64,11 +64,24 @@ from torch import Tensor
 from toolkit.errors import ToolkitError
 from toolkit.events import BlockStep
 from toolkit.methods.base import (
-    SOLVER_DTYPE, LinearStats, MethodSpec, PruneResult, SolveContext, Stat,
-    damped_cholesky_inverse, option, structured_supported, zero_dead_inputs,
+    SOLVER_DTYPE,
+    LinearStats,
+    MethodSpec,
+    PruneResult,
+    SolveContext,
+    Stat,
+    damped_cholesky_inverse,
+    option,
+    structured_supported,
+    zero_dead_inputs,
 )
 from toolkit.methods.thanos_update import (
-    ceil_count, multiweight_update, outlier_rows, residual_block_mask, row_scores, structured_update,
+    ceil_count,
+    multiweight_update,
+    outlier_rows,
+    residual_block_mask,
+    row_scores,
+    structured_update,
 )
 from toolkit.sparsity import NM, Structured, Target, Unstructured, keep_nm
 
@@ -240,7 +253,7 @@ def _prune_structured(W: Tensor, H: Tensor, target: Structured, cfg: ThanosConfi
     return PruneResult(weight=W, keep_mask=keep, damping=damping, info=info)
 
 
-def prune(W: Tensor, stats: LinearStats, target: Target, cfg: ThanosConfig, ctx: SolveContext) -> PruneResult:
+def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: ThanosConfig, ctx: SolveContext) -> PruneResult:
     """Prune one linear with Thanos; ``W`` (out, in) is not modified.
 
     Returns the new float32 weight, the keep-mask (out, in) (outlier rows all True), the final
@@ -248,6 +261,7 @@ def prune(W: Tensor, stats: LinearStats, target: Target, cfg: ThanosConfig, ctx:
     Raises :class:`ToolkitError` for impossible targets (all columns, n:m width) and
     :class:`NumericalError` if the damped Hessian cannot be factorised.
     """
+    assert target is not None, "a pruning method always gets a sparsity target (MethodSpec.check)"
     W, H = zero_dead_inputs(W.to(SOLVER_DTYPE).clone(), stats.gram.to(SOLVER_DTYPE))
     if isinstance(target, Structured):
         return _prune_structured(W, H, target, cfg, ctx)

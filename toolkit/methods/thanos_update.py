@@ -110,6 +110,7 @@ def multiweight_update(w_block: Tensor, U_block: Tensor, U_rows: Tensor, prune: 
     with P = Hb⁻¹ = U_block⁻¹ U_block⁻ᵀ, R̂⁻¹ = P_qq − P_qK P_KK⁻¹ P_Kq (a block of an inverse),
     so λ̂ = t_q − (P z)_q with t = P ũ (ũ = u scattered on the block) and P_KK z = t_K.
     Each row costs O(min(s, B − s)³).
+
     """
     width = prune.shape[1]
     Hb = U_block.T @ U_block  # (B, B)
@@ -183,8 +184,11 @@ def residual_block_mask(metric: Tensor, count: int, width: int) -> Tensor:
 
 
 def row_scores(W: Tensor, H: Tensor, kind: str) -> Tensor:
-    """Row loss h_i (rows,): ``"full"`` = ‖W_i X‖²/N = (W H Wᵀ)_ii (paper eq. 14);
-    ``"diag"`` = Σ_j W_ij² H_jj (the official code's diagonal approximation)."""
+    """Row loss h_i (rows,).
+
+    ``"full"`` = ‖W_i X‖²/N = (W H Wᵀ)_ii (paper eq. 14);
+    ``"diag"`` = Σ_j W_ij² H_jj (the official code's diagonal approximation).
+    """
     if kind == "full":
         return ((W @ H) * W).sum(1)
     return (W**2) @ torch.diagonal(H)

@@ -22,7 +22,14 @@ from torch import Tensor
 from toolkit.methods import awq, wanda
 from toolkit.methods.awp_projection import mask_state
 from toolkit.methods.base import (
-    SOLVER_DTYPE, LinearStats, MethodSpec, Produces, PruneResult, SolveContext, Stat, option,
+    SOLVER_DTYPE,
+    LinearStats,
+    MethodSpec,
+    Produces,
+    PruneResult,
+    SolveContext,
+    Stat,
+    option,
 )
 from toolkit.methods.quant_base import checked_gram, joint_spec, stats_on
 from toolkit.sparsity import NM, Target, Unstructured

@@ -26,8 +26,9 @@ def wanda_scores(W: Tensor, stats: LinearStats) -> Tensor:
     return W.abs() * torch.sqrt(stats.col_sq_norms).unsqueeze(0)
 
 
-def prune(W: Tensor, stats: LinearStats, target: Target, cfg: WandaConfig, ctx: SolveContext) -> PruneResult:
+def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: WandaConfig, ctx: SolveContext) -> PruneResult:
     """Keep-mask from the Wanda score; kept weights unchanged."""
+    assert target is not None, "a pruning method always gets a sparsity target (MethodSpec.check)"
     keep = keep_mask_from_scores(wanda_scores(W, stats), target, group="row")
     return PruneResult(weight=W * keep, keep_mask=keep)
 
