@@ -27,17 +27,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from toolkit.block_engine import prune_blocks  # noqa: E402
-from toolkit.data import CalibSpec, calibration_windows, eval_windows, load_tokens  # noqa: E402
-from toolkit.engine import EngineConfig, resolve_device  # noqa: E402
-from toolkit.evaluate import perplexity  # noqa: E402
-from toolkit.export import save_checkpoint  # noqa: E402
-from toolkit.methods import get_method  # noqa: E402
-from toolkit.models import load_model  # noqa: E402
-from toolkit.pipeline import bos_id  # noqa: E402
-from toolkit.shrunk import save_shrunk  # noqa: E402
-from toolkit.spec import parse_compression  # noqa: E402
-from toolkit.writeback import WriteBack  # noqa: E402
+from toolkit.block_engine import prune_blocks
+from toolkit.data import CalibSpec, calibration_windows, eval_windows, load_tokens
+from toolkit.engine import EngineConfig, resolve_device
+from toolkit.evaluate import perplexity
+from toolkit.export import save_checkpoint
+from toolkit.methods import get_method
+from toolkit.models import load_model
+from toolkit.pipeline import bos_id
+from toolkit.shrunk import save_shrunk
+from toolkit.spec import parse_compression
+from toolkit.writeback import WriteBack
 
 
 def checkpoint_bytes(folder: Path) -> int:

@@ -31,8 +31,8 @@ def tiny(family: str, heads: int = 9, kv_heads: int = 3, layers: int = 3, seed: 
         "mixtral": lambda: tf.MixtralConfig(**common, head_dim=8, num_local_experts=2, num_experts_per_tok=1),
         "opt": lambda: tf.OPTConfig(vocab_size=VOCAB, hidden_size=64, ffn_dim=96, num_hidden_layers=layers,
                                     num_attention_heads=8, max_position_embeddings=128, word_embed_proj_dim=64),
-        "gpt2": lambda: tf.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=layers, n_head=8, n_positions=128, bos_token_id=0,
-                                      eos_token_id=0),
+        "gpt2": lambda: tf.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=layers, n_head=8, n_positions=128,
+                                      bos_token_id=0, eos_token_id=0),
     }
     torch.manual_seed(seed)
     model = tf.AutoModelForCausalLM.from_config(configs[family]())

@@ -23,14 +23,14 @@ def test_views_read_counts_from_shapes(family: str) -> None:
 
 
 def test_unknown_family_names_the_known_ones() -> None:
-    with pytest.raises(ToolkitError, match="gpt2.*Llama/Qwen2/Mistral/Gemma.*llama.*qwen2.*gemma.*opt"):
+    with pytest.raises(ToolkitError, match=r"gpt2.*Llama/Qwen2/Mistral/Gemma.*llama.*qwen2.*gemma.*opt"):
         family_of(tiny("gpt2"))
 
 
 def test_moe_has_no_channels() -> None:
     family = family_of(tiny("mixtral"))
     check_unit(family, Unit.HEADS, "mixtral")
-    with pytest.raises(ToolkitError, match="mixture of experts.*its units: heads"):
+    with pytest.raises(ToolkitError, match=r"mixture of experts.*its units: heads"):
         check_unit(family, Unit.CHANNELS, "mixtral")
 
 

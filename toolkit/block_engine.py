@@ -110,7 +110,7 @@ class _BlockRun:
             raise RunCancelled("cancelled")
 
 
-def prune_blocks(
+def prune_blocks(  # noqa: PLR0913 - keyword-only sinks, as prune_layers
     model: nn.Module, windows: Tensor, spec: MethodSpec, compression: Compression, method_cfg: Any, *,
     cfg: EngineConfig, emit: Callable[[Event], None], cancelled: Callable[[], bool] = lambda: False,
     writeback: WriteBack, on_structure: Callable[[dict], None] = lambda structure: None,
@@ -327,9 +327,15 @@ def _finish(run: _BlockRun, model: nn.Module, views: list[BlockView], records: l
     result.zeros = result.params_before - result.params_after
     cfg = run.method_cfg
     result.structure = {
-        "format": "prunelab-structure/1", "method": run.spec.name, "model_type": model.config.model_type,
+        "format": "prunelab-structure/1", "method": run.spec.name, "model_type": _model_type(model),
         "unit": run.unit.value, "ratio": run.ratio, "achieved_ratio": allocation.achieved_ratio,
         "allocation": cfg.allocation, "gqa": cfg.gqa, "removed": cfg.remove, "compensate": cfg.compensate,
         "grams": cfg.grams, "head_dim": views[0].head_dim, "params_before": result.params_before,
         "params_after": result.params_after, "layers": records,
     }
+
+
+def _model_type(model: nn.Module) -> str:
+    """The transformers ``config.model_type`` of ``model``."""
+    config: Any = model.config  # a transformers PretrainedConfig
+    return str(config.model_type)

@@ -27,6 +27,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -139,7 +140,7 @@ def prune_layers(  # noqa: PLR0913 - keyword-only sinks, each named for what it 
 
 
 def _prune_blocks(model: nn.Module, windows: Tensor, spec: MethodSpec, compression: Compression,
-                  method_cfg: object, **engine: object) -> EngineResult:
+                  method_cfg: object, **engine: Any) -> EngineResult:
     """Dispatch a block-scope method to :mod:`toolkit.block_engine` (imported only when one runs)."""
     try:
         # an optional module, absent from some checkouts: a missing one is reported below

@@ -166,8 +166,10 @@ def allocate(layers: list[LayerCandidates], ratio: float, unit: Unit, cfg: Block
 
 def _uniform(layers: list[LayerCandidates], pool: _Pool, removed: Tensor, keep: dict, cfg: BlockConfig,
              ratio: float) -> None:
-    """Same removal count per layer: the global head count / layers, each layer's lowest first; under
-    ``param_weighted`` the channel count then fills the rest of the parameter budget."""
+    """Same removal count per layer: the global head count / layers, each layer's lowest first.
+
+    Under ``param_weighted`` the channel count then fills the rest of the parameter budget.
+    """
     per_layer: dict[str, int] = {}
     for kind_id, kind in enumerate(KINDS):
         if keep[kind][0] is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -46,12 +47,12 @@ class LayerEdit:
 def make_linear(weight: Tensor, bias: Tensor | None, like: nn.Linear) -> nn.Linear:
     """A new Linear holding ``weight`` (out, in) and ``bias`` in ``like``'s dtype and device."""
     out_features, in_features = weight.shape
-    new = torch.nn.utils.skip_init(nn.Linear, in_features, out_features, bias=bias is not None,
-                                   device=like.weight.device, dtype=like.weight.dtype)
+    new = cast(nn.Linear, torch.nn.utils.skip_init(nn.Linear, in_features, out_features, bias=bias is not None,
+                                                   device=like.weight.device, dtype=like.weight.dtype))
     with torch.no_grad():
         new.weight.copy_(weight)
         if bias is not None:
-            new.bias.copy_(bias)
+            cast(Tensor, new.bias).copy_(bias)
     new.weight.requires_grad_(like.weight.requires_grad)
     return new
 
@@ -147,7 +148,8 @@ def set_uniform_config(model: nn.Module, views: list[BlockView], removed: bool, 
     if len(shapes) != 1:
         return "layers keep different counts: the checkpoint needs the per-layer format"
     (heads, kv_heads, intermediate), = shapes
-    config, family = model.config, views[0].family
+    config: Any = model.config  # a transformers PretrainedConfig
+    family = views[0].family
     head_updates = {"num_attention_heads": heads}
     if hasattr(config, "num_key_value_heads"):
         head_updates["num_key_value_heads"] = kv_heads
@@ -164,7 +166,7 @@ def set_uniform_config(model: nn.Module, views: list[BlockView], removed: bool, 
     return problem
 
 
-def _unstatable(config: object, updates: dict[str, int], can_state: bool) -> str:
+def _unstatable(config: Any, updates: dict[str, int], can_state: bool) -> str:
     """Why the config cannot hold ``updates`` ("" when it can), checked on a copy."""
     if not can_state:
         return f"a {type(config).__name__} cannot state head_dim: the checkpoint needs the per-layer format"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -63,9 +64,9 @@ def config_describes(model: nn.Module) -> bool:
 
 def _attrs(view: BlockView) -> dict[str, dict[str, int]]:
     family = view.family
-    attn = {a: int(getattr(view.attn, a)) for a in (family.groups_attr, family.heads_attr) if a is not None}
+    attn = {a: int(cast(int, getattr(view.attn, a))) for a in (family.groups_attr, family.heads_attr) if a is not None}
     mlp = view.mlp
-    sizes = {"intermediate_size": int(mlp.intermediate_size)} if mlp is not None and hasattr(
+    sizes = {"intermediate_size": int(cast(int, mlp.intermediate_size))} if mlp is not None and hasattr(
         mlp, "intermediate_size") else {}
     return {"attn": attn, "mlp": sizes}
 
@@ -89,7 +90,7 @@ def save_shrunk(model: nn.Module, codec: TextCodec, folder: str | Path) -> Path:
     plain = config_describes(model)
     save_checkpoint(model, codec, folder)
     if not plain:
-        record = {"format": FORMAT, "model_type": model.config.model_type, "layers": layer_shapes(model)}
+        record = {"format": FORMAT, "model_type": cast(Any, model.config).model_type, "layers": layer_shapes(model)}
         (folder / MARKER).write_text(json.dumps(record, indent=1))
     return folder
 

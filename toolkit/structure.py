@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -151,7 +152,7 @@ class BlockView:
     @property
     def head_dim(self) -> int:
         """Dh, from the attention module (unchanged by pruning)."""
-        return int(self.attn.head_dim)
+        return int(cast(int, self.attn.head_dim))
 
     @property
     def num_heads(self) -> int:

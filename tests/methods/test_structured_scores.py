@@ -14,11 +14,11 @@ from toolkit.methods.structured_scores import flap_score, magnitude_score, wanda
 # 2 query heads of Dh = 2 sharing 1 KV head (n_rep = 2), hidden D = 2, 3 MLP channels
 Q = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0], [0.0, 2.0]])  # (H·Dh, D)
 K = torch.tensor([[1.0, 1.0], [1.0, 1.0]])
-O = torch.tensor([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 3.0, 0.0]])  # (D, H·Dh)
+OUT = torch.tensor([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 3.0, 0.0]])  # (D, H·Dh)
 UP = torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 2.0]])
 GATE = torch.zeros(3, 2)
 DOWN = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
-TENSORS = BlockTensors({"q": Q, "k": K, "v": K.clone(), "o": O, "gate": GATE, "up": UP, "down": DOWN},
+TENSORS = BlockTensors({"q": Q, "k": K, "v": K.clone(), "o": OUT, "gate": GATE, "up": UP, "down": DOWN},
                        dict.fromkeys(("q", "k", "v", "o", "gate", "up", "down")))
 ATTN = InputStats(gram=torch.diag(torch.tensor([4.0, 1.0, 9.0, 0.0])), mean=torch.tensor([1.0, 1.0, 0.0, 0.0]),
                   count=8)

@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from toolkit.methods import (
-    awp, awq, fista, gptq, magnitude, numerical, rtn, sparsegpt, structured_scores, thanos, two_stage, wanda,
+    awp,
+    awq,
+    fista,
+    gptq,
+    magnitude,
+    numerical,
+    rtn,
+    sparsegpt,
+    structured_scores,
+    thanos,
+    two_stage,
+    wanda,
 )
 from toolkit.methods.base import LinearStats, MethodSpec, PruneResult, SolveContext, Stat
 from toolkit.methods.registry import build_registry, lookup
