@@ -7,7 +7,9 @@ JSON says so). Every run is also recorded in the run store (``--out``).
     python benchmarks/bench_prune.py --runs wanda@50% sparsegpt@50% magnitude@2:4 \
         "fista@50%:warm_start=wanda" --json benchmarks/results/cpu.json
 
-A run is written ``method@sparsity[:key=value,key=value]``.
+A run is written ``method@sparsity[+quant][:key=value,key=value]``: ``awp@50%+int4``,
+``rtn@int3`` (quantization only), ``numerical@structured:30%:unit=heads`` (``unit`` and ``quant``
+given as options go to the spec, not to the method).
 """
 
 from __future__ import annotations
@@ -34,6 +36,16 @@ def parse_run(text: str) -> tuple[str, str, dict[str, str]]:
     return method, sparsity or "50%", options
 
 
+def split_spec(sparsity: str, options: dict[str, str]) -> dict[str, str | None]:
+    """The spec fields of a run: ``50%+int4`` → sparsity 50%, quant int4; ``int3`` → quant only; a
+    ``unit`` or ``quant`` option is moved from ``options`` into the spec."""
+    target, _, quant = sparsity.partition("+")
+    if target.startswith("int"):
+        target, quant = "", target
+    return {"sparsity": target or None, "quant": quant or options.pop("quant", None),
+            "unit": options.pop("unit", None)}
+
+
 def main() -> None:
     """Run every ``--runs`` entry and print one JSON object per run."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -51,7 +63,8 @@ def main() -> None:
     args = parser.parse_args()
     for spec in args.runs:
         method, sparsity, options = parse_run(spec)
-        config = RunConfig(model=args.model, method=method, sparsity=sparsity, options=options, nsamples=args.nsamples,
+        fields = split_spec(sparsity, options)
+        config = RunConfig(model=args.model, method=method, **fields, options=options, nsamples=args.nsamples,
                            seqlen=args.seqlen, eval_seqlen=args.eval_seqlen, eval_windows=args.eval_windows,
                            eval_data=None if args.no_eval else "wiki", eval_dense=not args.no_eval, device=args.device,
                            propagate=args.propagate, out_dir=args.out)
@@ -59,10 +72,12 @@ def main() -> None:
         result = prune_model(config)
         record = {
             "benchmark": "prune", "run": spec, "model": result["model"], "method": method, "sparsity": sparsity,
-            "options": options, "propagate": result["engine"]["propagate"],
+            "options": options, "quant": fields["quant"], "unit": fields["unit"],
+            "propagate": result["engine"]["propagate"],
             "achieved_sparsity": result["achieved_sparsity"],
             "ppl": result["ppl"], "dense_ppl": result["dense_ppl"], "prune_seconds": round(result["prune_seconds"], 2),
             "total_seconds": round(time.perf_counter() - start, 2), "peak_rss_mb": round(result["peak_rss_mb"], 1),
+            "accounting": result.get("accounting"),
             "device": result["device"], "protocol": result["protocol"], "run_dir": result["run_dir"],
             "versions": result["versions"],
         }

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
-from bench_prune import parse_run
+from bench_prune import parse_run, split_spec
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -20,6 +20,19 @@ from bench_prune import parse_run
 ])
 def test_parse_run(text: str, expected: tuple) -> None:
     assert parse_run(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("awp@50%+int4", {"sparsity": "50%", "quant": "int4", "unit": None}),
+    ("awp@2:4+int3:g64", {"sparsity": "2:4", "quant": "int3:g64", "unit": None}),
+    ("rtn@int2", {"sparsity": None, "quant": "int2", "unit": None}),
+    ("numerical@structured:30%:unit=heads", {"sparsity": "structured:30%", "quant": None, "unit": "heads"}),
+    ("wanda@50%", {"sparsity": "50%", "quant": None, "unit": None}),
+])
+def test_split_spec_moves_quant_and_unit_into_the_spec(text: str, expected: dict) -> None:
+    _, sparsity, options = parse_run(text)
+    assert split_spec(sparsity, options) == expected
+    assert "unit" not in options
 
 
 def test_grid_puts_each_run_in_its_variant_row_and_sparsity_column() -> None:
