@@ -15,7 +15,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.engine_options import DEVICES_AUTO, FUSED
 from toolkit.errors import RunCancelled, ToolkitError
@@ -25,6 +25,9 @@ from toolkit.runs import SCHEMA, find_finished, list_runs, open_run
 from toolkit.sparsity import Target, Unstructured
 from toolkit.spec import TARGET_KINDS, Compression, QuantSpec, Unit, parse_compression
 from toolkit.zeroshot_tasks import AUTO, SOURCES, check_limit, parse_task_names
+
+if TYPE_CHECKING:
+    from toolkit.models import LoadedModel
 
 __all__ = [
     "CancelToken", "RunConfig", "evaluate_model", "find_finished", "list_methods", "list_runs", "open_run",
@@ -226,11 +229,12 @@ def run(config: RunConfig, cancel: CancelToken | None = None) -> Iterator[Event]
 
 
 def evaluate_model(
-    model: str, *, data: str = "wiki", seq_len: int = 512, max_windows: int | None = None, device: str = "auto"
+    model: str | LoadedModel, *, data: str = "wiki", seq_len: int = 512, max_windows: int | None = None,
+    device: str = "auto",
 ) -> tuple[float, dict[str, Any]]:
-    """Perplexity of ``model`` on the test split of ``data``; returns (ppl, protocol).
+    """Perplexity of ``model`` (a name to load, or a model already loaded) on the test split of ``data``.
 
-    Raises :class:`ToolkitError` when ``seq_len`` exceeds the model's positions.
+    Returns (ppl, protocol). Raises :class:`ToolkitError` when ``seq_len`` exceeds the model's positions.
     """
     from toolkit.checks import check_context
     from toolkit.data import eval_windows, load_tokens
@@ -239,7 +243,7 @@ def evaluate_model(
     from toolkit.models import load_model
     from toolkit.pipeline import bos_id
 
-    loaded = load_model(model)
+    loaded = load_model(model) if isinstance(model, str) else model
     check_context(loaded, seqlen=seq_len)
     windows = eval_windows(load_tokens(data, "test", loaded.codec), seq_len, max_windows, bos_id(loaded))
     value = perplexity(loaded.model, windows, resolve_device(device))

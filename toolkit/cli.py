@@ -199,26 +199,26 @@ def _summary(result: dict[str, Any]) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from toolkit.api import evaluate_model
     from toolkit.cli_zeroshot import check_zero_shot_args
+    from toolkit.models import load_model
 
     specs = check_zero_shot_args(args.tasks, args.limit, args.task_data)  # before any model loads
-    value, protocol = evaluate_model(args.model, data=args.data, seq_len=args.seqlen,
+    loaded = load_model(args.model)  # once, for the perplexity and the tasks
+    value, protocol = evaluate_model(loaded, data=args.data, seq_len=args.seqlen,
                                      max_windows=_windows(args.windows), device=args.device)
     print(f"ppl ({args.data}, seqlen {args.seqlen}, {protocol['windows']} windows, {protocol['tokens']} tokens): "
           f"{value:.3f}" if math.isfinite(value) else "ppl: not finite")
-    zero_shot = _zero_shot(args, specs) if specs else None
+    zero_shot = _zero_shot(args, specs, loaded) if specs else None
     if args.json:
         _write_json(args.json, {"model": protocol["model"], "ppl": {args.data: value if math.isfinite(value) else None},
                                 "protocol": protocol, **({"zero_shot": zero_shot} if zero_shot else {})})
     return 0
 
 
-def _zero_shot(args: argparse.Namespace, specs: tuple) -> dict[str, Any]:
+def _zero_shot(args: argparse.Namespace, specs: tuple, loaded: Any) -> dict[str, Any]:
     from toolkit.cli_zeroshot import TaskProgress, zero_shot_table
     from toolkit.engine import resolve_device
-    from toolkit.models import load_model
     from toolkit.zeroshot import evaluate_tasks
 
-    loaded = load_model(args.model)
     progress = TaskProgress()
     try:
         result = evaluate_tasks(loaded.model, loaded.codec, specs, args.limit, resolve_device(args.device), progress)
