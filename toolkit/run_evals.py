@@ -91,8 +91,9 @@ def score_tasks(
             results.append(TaskResult(**stored))
             cached.append(spec.name)
             continue
+        report = progress.callback(phase, spec.name)
         scored = evaluate_tasks(loaded.model, loaded.codec, [spec], limit, device,
-                                lambda task, done, total: progress.callback(phase, task)(done, total)).tasks[0]
+                                lambda task, done, total, report=report: report(done, total)).tasks[0]
         if phase == "dense":
             store_value(CACHE, key, dataclasses.asdict(scored))
         results.append(scored)
