@@ -116,3 +116,28 @@ def test_task_limit_zero_means_all_and_no_tasks_means_none() -> None:
                                                                                            task_limit=0)), "runs")
     assert config.tasks == ("rte",) and config.task_limit is None
     assert forms.to_config(forms.RunSettings(model="tiny-llama"), "runs").tasks == ()
+
+
+def test_sweep_plots_mean_accuracy_beside_perplexity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app import sweep_tab
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("PRUNELAB_CACHE", str(tmp_path / "cache"))
+    protocol = forms.Protocol(nsamples=2, seqlen=32, eval_seqlen=32, eval_windows=2, device="cpu",
+                              tasks=["rte"], task_limit=2)
+    sweep = sweep_tab.SweepSettings(model="tiny-llama", methods=["magnitude"], sparsities=["30%", "50%"],
+                                    protocol=protocol)
+    final = list(sweep_tab.sweep_stream(sweep, runs_dir=str(tmp_path / "runs"), session="sa"))[-1]
+    assert "2 of 2 points" in final["status"]
+    (line, dense) = final["accuracy"].data
+    assert line.name == "magnitude" and len(line.y) == 2 and all(0 <= y <= 1 for y in line.y)
+    assert dense.name.startswith("dense (")
+    again = list(sweep_tab.sweep_stream(sweep, runs_dir=str(tmp_path / "runs"), session="sa"))[-1]
+    assert "2 reused" in again["status"] and list(again["accuracy"].data[0].y) == list(line.y)
+    no_tasks = sweep_tab.SweepSettings(model="tiny-llama", methods=["magnitude"], sparsities=["50%"],
+                                       protocol=forms.Protocol(nsamples=2, seqlen=32, eval_seqlen=32,
+                                                               eval_windows=2, device="cpu"))
+    plain = list(sweep_tab.sweep_stream(no_tasks, runs_dir=str(tmp_path / "runs"), session="sa"))[-1]
+    assert "1 reused" in plain["status"]  # a run that also scored tasks measured the same perplexity
+    fresh = list(sweep_tab.sweep_stream(no_tasks, runs_dir=str(tmp_path / "other"), session="sa"))[-1]
+    assert "0 reused" in fresh["status"] and "accuracy" not in fresh
