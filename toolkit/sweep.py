@@ -102,7 +102,12 @@ def point_from_result(config: RunConfig, result: dict[str, Any], *, reused: bool
                       run_id=str(result.get("run_id", "")))
 
 
-def mean_accuracy(result: dict[str, Any]) -> dict[str, float]:
+class _Accuracy(TypedDict):
+    accuracy: float
+    dense_accuracy: float
+
+
+def mean_accuracy(result: dict[str, Any]) -> _Accuracy:
     """``accuracy`` and ``dense_accuracy`` of a result dict: its zero-shot means (nan without tasks)."""
     entry = result.get("zero_shot")
     mean = entry.get("mean") if isinstance(entry, dict) else None
