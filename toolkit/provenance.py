@@ -1,4 +1,8 @@
-"""Provenance stamped on every result (STYLE R10): versions, git hash, peak memory, dense-ppl cache.
+"""Provenance stamped on every result (STYLE R10): versions, git hash, peak memory, dense-result caches.
+
+:func:`cached_value` / :func:`store_value` keep one JSON table per cache under the cache folder:
+``dense_ppl`` (perplexities) and ``dense_zero_shot`` (task scores, :mod:`toolkit.run_evals`), both
+keyed by :func:`model_key` plus what was measured.
 
 The dense-perplexity cache is keyed by content, never by names alone: the evaluation protocol, a
 hash of the very token windows scored (text, tokenizer, seqlen and BOS all change it), a hash of the
