@@ -21,19 +21,22 @@ class ProtocolControls:
     eval_seqlen: Any
     eval_windows: Any
     device: Any
+    tasks: Any
+    task_limit: Any
 
     @property
     def components(self) -> list[Any]:
         """Every input component of the group."""
         return [self.preset, self.calib, self.nsamples, self.seqlen, self.seed, self.evaluate, self.eval_seqlen,
-                self.eval_windows, self.device]
+                self.eval_windows, self.device, self.tasks, self.task_limit]
 
     def read(self, data: dict[Any, Any]) -> forms.Protocol:
         """The protocol from a Gradio ``{component: value}`` dict."""
         return forms.Protocol(calib=data[self.calib], nsamples=data[self.nsamples], seqlen=data[self.seqlen],
                               seed=data[self.seed], evaluate=bool(data[self.evaluate]), eval_data="wiki",
                               eval_seqlen=data[self.eval_seqlen], eval_windows=data[self.eval_windows],
-                              device=data[self.device])
+                              device=data[self.device], tasks=list(data[self.tasks] or []),
+                              task_limit=data[self.task_limit])
 
 
 def protocol_controls(gr: Any, *, evaluate_toggle: bool = True, prefix: str = "run") -> ProtocolControls:
@@ -55,8 +58,15 @@ def protocol_controls(gr: Any, *, evaluate_toggle: bool = True, prefix: str = "r
         eval_windows_box = gr.Number(value=eval_windows, precision=0, label="eval windows (0 = all)", minimum=0,
                                      elem_id=f"{prefix}-eval-windows")
     device = gr.Dropdown(choices=["auto", "cpu", "cuda"], value="auto", allow_custom_value=True, label="Device")
+    with gr.Row():
+        tasks = gr.Dropdown(choices=list(forms.TASK_CHOICES), value=[], multiselect=True, scale=3,
+                            label="Zero-shot tasks (dense and pruned; lm-eval, 0 shots)",
+                            info="none by default; offline they are scored on the local validation copies",
+                            elem_id=f"{prefix}-tasks")
+        task_limit = gr.Number(value=forms.Protocol.task_limit, precision=0, minimum=0, scale=1,
+                               label="examples per task (0 = all)", elem_id=f"{prefix}-task-limit")
     controls = ProtocolControls(preset, calib, nsamples_box, seqlen_box, seed, evaluate, eval_seqlen_box,
-                                eval_windows_box, device)
+                                eval_windows_box, device, tasks, task_limit)
     preset.change(lambda name: list(forms.PRESETS.get(name, forms.PRESETS[first])), inputs=preset,
                   outputs=[nsamples_box, seqlen_box, eval_seqlen_box, eval_windows_box], queue=False)
     return controls

@@ -17,6 +17,7 @@ from toolkit.api import RunConfig, list_methods
 from toolkit.errors import ToolkitError
 from toolkit.sparsity import NM, Structured, Target, Unstructured, parse_sparsity
 from toolkit.spec import QuantSpec, Unit, parse_unit
+from toolkit.zeroshot_tasks import DEFAULT_TASKS, parse_task_names
 
 MODELS = ("smollm2-135m", "tiny-llama", "tiny-opt", "tiny-gpt2", "tiny-qwen2", "tiny-gemma3")
 CALIB_SOURCES = ("wiki", "wikitext2", "c4", "ptb")
@@ -26,6 +27,7 @@ NM_CHOICES = ("2:4", "4:8", "1:4", "8:16")
 QUANT_BITS = {"int8": 8, "int4": 4, "int3": 3, "int2": 2}  # the quantization dropdown (beside "none")
 QUANT_CHOICES = ("none", *QUANT_BITS)
 GROUP_SIZES = (("128", 128), ("64", 64), ("32", 32), ("per row", 0))  # (label, inputs per scale)
+TASK_CHOICES = DEFAULT_TASKS  # the seven tasks of the seed papers
 SWEEP_SPARSITIES = ("10%", "20%", "30%", "40%", "50%", "60%", "70%", "2:4", "4:8")
 # name → (nsamples, seqlen, eval seqlen, eval windows (0 = all))
 PRESETS = {
@@ -48,6 +50,8 @@ class Protocol:
     eval_seqlen: int = 128
     eval_windows: int = 16  # 0 = all windows
     device: str = "auto"
+    tasks: list[str] = field(default_factory=list)  # zero-shot tasks scored dense and pruned; [] = none
+    task_limit: int = 20  # examples per task; 0 = all
 
 
 @dataclass
@@ -68,6 +72,7 @@ class RunSettings:
     protocol: Protocol = field(default_factory=Protocol)
     eval_dense: bool = True
     save_model: bool = False
+    generate: bool = False  # greedy continuations of the fixed prompts, dense and pruned
 
 
 def method_table() -> dict[str, dict[str, Any]]:
@@ -206,6 +211,8 @@ def protocol_fields(protocol: Protocol) -> dict[str, Any]:
         "eval_data": (protocol.eval_data or "wiki").strip() if protocol.evaluate else None,
         "eval_seqlen": _int(protocol.eval_seqlen, "eval seqlen", 2), "eval_windows": windows or None,
         "device": (protocol.device or "auto").strip(),
+        "tasks": tuple(parse_task_names(protocol.tasks)) if protocol.tasks else (),
+        "task_limit": (_int(protocol.task_limit or 0, "examples per task", 0) or None) if protocol.tasks else None,
     }
 
 
@@ -221,5 +228,5 @@ def to_config(settings: RunSettings, runs_dir: str) -> RunConfig:
         quant=quant_spec(settings.quant, settings.group_size), unit=unit_choice(settings.method, settings.unit),
         options=options,
         **protocol_fields(settings.protocol), eval_dense=bool(settings.eval_dense),
-        out_dir=runs_dir, save_model=bool(settings.save_model),
+        out_dir=runs_dir, save_model=bool(settings.save_model), generate=bool(settings.generate),
     )

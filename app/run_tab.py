@@ -80,7 +80,8 @@ def _follow(job: Job, clock: Callable[[], float], runs_dir: Path, config: RunCon
     """Fold the job's events into a RunView and yield throttled refreshes, then the final state."""
     view, sent, error = RunView(), None, ""
     yield {"status": f"**▶ starting** · loading {config.model} and the calibration text…", "files": None,
-           **{name: views.figure(view, name) for name in views.FIGURES}, "warnings": "", "result": ""}
+           **{name: views.figure(view, name) for name in views.FIGURES}, "warnings": "", "result": "",
+           "generations": ""}
     next_tick = clock() + PERIOD
     drawn_at: dict[str, float] = dict.fromkeys(views.FIGURES, -math.inf)
     while True:
@@ -211,6 +212,7 @@ class RunForm:
     protocol: Any
     eval_dense: Any
     save_model: Any
+    generate: Any
     run_button: Any
     cancel_button: Any
 
@@ -219,7 +221,8 @@ class RunForm:
         """Every component the Run handler reads."""
         return {self.model, self.model_path, self.method, self.pattern, self.percent, self.nm, self.quant,
                 self.group_size, self.unit, self.extra,
-                self.eval_dense, self.save_model, *self.protocol.components, *(box for _, _, box in self.option_inputs)}
+                self.eval_dense, self.save_model, self.generate, *self.protocol.components,
+                *(box for _, _, box in self.option_inputs)}
 
     def read(self, data: dict[Any, Any]) -> forms.RunSettings:
         """The form's values (a Gradio ``{component: value}`` dict) as plain settings."""
@@ -229,7 +232,7 @@ class RunForm:
             percent=data[self.percent], nm=data[self.nm], quant=data[self.quant],
             group_size=data[self.group_size], unit=data[self.unit] or "", extra_options=data[self.extra],
             protocol=self.protocol.read(data), eval_dense=bool(data[self.eval_dense]),
-            save_model=bool(data[self.save_model]),
+            save_model=bool(data[self.save_model]), generate=bool(data[self.generate]),
             options={option: data[box] for owner, option, box in self.option_inputs if owner == name})
 
 
@@ -262,11 +265,14 @@ def _form(gr: Any, default_model: str, methods: dict[str, dict]) -> RunForm:
         protocol = protocol_controls(gr, prefix="run")
         eval_dense = gr.Checkbox(True, label="Also the dense perplexity (cached per protocol)")
         save_model = gr.Checkbox(False, label="Save the pruned checkpoint (offered as a download)")
+        generate = gr.Checkbox(False, label="Generations: greedy texts of a few fixed prompts, dense and pruned",
+                               elem_id="run-generate")
     with gr.Row():
         run_button = gr.Button("Run", variant="primary", elem_id="run-button")
         cancel_button = gr.Button("Cancel", variant="stop", elem_id="cancel-button")
     return RunForm(model, model_path, method, summary, pattern, percent, nm, quant, group_size, unit, groups,
-                   option_inputs, extra, protocol, eval_dense, save_model, run_button, cancel_button)
+                   option_inputs, extra, protocol, eval_dense, save_model, generate, run_button,
+                   cancel_button)
 
 
 def _outputs(gr: Any) -> dict[str, Any]:
@@ -281,10 +287,11 @@ def _outputs(gr: Any) -> dict[str, Any]:
         lam = gr.Plot(views.figure(idle, "lambda"), show_label=False, elem_id="run-lambda")
     warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False, elem_id="run-warnings")
     result = gr.Markdown(elem_id="run-result")
+    generations = gr.HTML(elem_id="run-generations")
     files = gr.File(label="Downloads: result JSON, masks, pruned checkpoint", file_count="multiple",
                     interactive=False, elem_id="run-files")
     return {"status": status, "heatmap": heatmap, "layers": layers, "solver": solver, "lambda": lam,
-            "warnings": warnings, "result": result, "files": files}
+            "warnings": warnings, "result": result, "generations": generations, "files": files}
 
 
 def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[str, Any]:

@@ -116,8 +116,9 @@ def build(gr: Any, *, runs_dir: str) -> dict[str, Any]:
         lam = gr.Plot(show_label=False)
     warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False)
     result = gr.Markdown()
+    generations = gr.HTML(elem_id="runs-generations")
     outputs = {"status": status, "heatmap": heatmap, "layers": layers, "solver": solver, "lambda": lam,
-               "warnings": warnings, "result": result}
+               "warnings": warnings, "result": result, "generations": generations}
 
     def on_refresh() -> list[Any]:
         found = runs_table(runs_dir)

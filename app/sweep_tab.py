@@ -74,9 +74,14 @@ def _view(points: list[SweepPoint], total: int, current: RunView, now: float, no
         head += f" · now {current.method} {current.sparsity}: {progress_line(current, now)}"
     failed = [f"{p.method} {p.sparsity}: {p.error}" for p in points if p.status == "failed"]
     lines = [head, *(f"⚠ {line}" for line in failed), *(f"skipped: {note}" for note in notes)]
-    dense = dense_reference(points)
-    return {"status": "\n\n".join(lines), "table": table(points),
-            "curve": viz.sweep_figure([p.to_dict() for p in points], dense_ppl=dense, revision="sweep")}
+    rows = [p.to_dict() for p in points]
+    update = {"status": "\n\n".join(lines), "table": table(points),
+              "curve": viz.sweep_figure(rows, dense_ppl=dense_reference(points), revision="sweep")}
+    if any(math.isfinite(p.accuracy) for p in points):  # the sweep scored zero-shot tasks
+        update["accuracy"] = viz.sweep_figure(rows, dense_ppl=dense_reference(points, "dense_accuracy"),
+                                              title="mean zero-shot accuracy vs sparsity", revision="sweep-accuracy",
+                                              metric="accuracy")
+    return update
 
 
 def sweep_stream(settings: SweepSettings, *, runs_dir: str, session: str = "local",
@@ -162,11 +167,14 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
         with gr.Column(scale=3):
             status = gr.Markdown("Pick methods and sparsities, then **Run sweep**. Runs already in the store "
                                  "with the same protocol are reused.", elem_id="sweep-status")
-            curve = gr.Plot(viz.sweep_figure([]), show_label=False, elem_id="sweep-curve")
+            with gr.Row():
+                curve = gr.Plot(viz.sweep_figure([]), show_label=False, elem_id="sweep-curve")
+                accuracy = gr.Plot(viz.sweep_figure([], title="mean zero-shot accuracy vs sparsity",
+                                                    metric="accuracy"), show_label=False, elem_id="sweep-accuracy")
             results = gr.Dataframe(headers=list(COLUMNS), value=[], interactive=False, label="Results",
                                    elem_id="sweep-table")
             csv = gr.File(label="Results as CSV", interactive=False, elem_id="sweep-csv")
-    outputs = {"status": status, "curve": curve, "table": results, "csv": csv}
+    outputs = {"status": status, "curve": curve, "accuracy": accuracy, "table": results, "csv": csv}
 
     # gr is the gradio module, passed in (not a type to pyright); Gradio reads this annotation
     def handler(data: dict, request: gr.Request) -> Iterator[dict]:  # pyright: ignore[reportInvalidTypeForm]

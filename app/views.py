@@ -42,7 +42,7 @@ def status_markdown(view: RunView, now: float) -> str:
     if view.status == "idle":
         return "Pick a model, a method and a sparsity, then **Run**."
     head = f"**{STATUS_WORDS.get(view.status, view.status)}** · {view.method} {view.sparsity} on {view.model_label}"
-    lines = [head, f'<progress value="{view.fraction_done:.3f}" max="1"></progress> {progress_line(view, now)}']
+    lines = [head, f'<progress value="{view.bar_fraction:.3f}" max="1"></progress> {progress_line(view, now)}']
     if view.status == "failed":
         lines.append(f"**Error:** {view.error}")
     elif view.status == "cancelled":
@@ -75,12 +75,51 @@ def result_markdown(view: RunView) -> str:
              f"| sparsity (achieved, from the keep-masks) | 0 | {_fmt(view.achieved_sparsity, '.2%')} |",
              *_accounting_rows(view),
              f"| prune time | | {format_seconds(view.prune_seconds)} |"]
+    lines += accuracy_lines(view)
     calibration = view.protocol.get("calibration") or {}
     if calibration:
         lines.append(f"\nCalibration: {calibration.get('nsamples')} × {calibration.get('seqlen')} tokens of "
                      f"{calibration.get('source')} (seed {calibration.get('seed')}) · device {view.device} · "
                      f"run `{view.run_id}`")
     return "\n".join(lines)
+
+
+def accuracy_lines(view: RunView) -> list[str]:
+    """Zero-shot accuracy dense vs pruned, one row per task and the mean; nothing when no task was scored."""
+    rows = view.evals.accuracy_rows()
+    if not rows:
+        return []
+    zero_shot = view.protocol.get("zero_shot") or {}
+    limit = zero_shot.get("limit")
+    lines = ["", f"Zero-shot accuracy (lm-eval, 0 shots{f', first {limit} examples per task' if limit else ''}; "
+                 f"data: {zero_shot.get('source', '?')}):", "",
+             "| task | split | metric | examples | dense | pruned | change |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row.task} | {row.split} | {row.metric} | {row.examples} | {_fmt(row.dense, '.4f')} | "
+                     f"{_fmt(row.pruned, '.4f')} | {_fmt(row.pruned - row.dense, '+.4f')} |")
+    dense, pruned = view.evals.mean("dense"), view.evals.mean("pruned")
+    lines.append(f"| **mean** | | | | {_fmt(dense, '.4f')} | {_fmt(pruned, '.4f')} | {_fmt(pruned - dense, '+.4f')} |")
+    return lines
+
+
+def generations_html(view: RunView) -> str:
+    """Greedy continuations of the fixed prompts, dense and pruned side by side, with tokens/s."""
+    from html import escape
+
+    dense, pruned = view.evals.texts.get("dense", []), view.evals.texts.get("pruned", [])
+    if not dense and not pruned:
+        return ""
+    rows = []
+    for index, first in enumerate(dense or pruned):
+        cells = []
+        for texts in (dense, pruned):
+            text = texts[index] if index < len(texts) else None
+            speed = f"{text.new_tokens / text.seconds:.1f} tokens/s" if text and text.seconds > 0 else ""
+            cells.append(f'<td class="gen-text"><pre>{escape(text.text) if text else "…"}</pre>'
+                         f"<small>{speed}</small></td>")
+        rows.append(f"<tr><td><b>{escape(first.prompt)}</b></td>{''.join(cells)}</tr>")
+    return ('<table class="generations"><thead><tr><th>prompt</th><th>dense</th><th>pruned</th></tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table><small>greedy decoding, no chat template</small>")
 
 
 def _accounting_rows(view: RunView) -> list[str]:
@@ -113,11 +152,11 @@ def render(view: RunView, now: float, sent: dict[str, int] | None = None,
 
     ``sent=None`` renders everything; only the figures named in ``figures`` are drawn (the
     others stay stale for a later call). Keys: status, heatmap, layers, solver, lambda, warnings,
-    result.
+    result, generations.
     """
     revisions = dict(view.revision)
     out: dict[str, Any] = {"status": status_markdown(view, now)}
-    for name in (*FIGURES, "warnings", "result"):
+    for name in (*FIGURES, "warnings", "result", "generations"):
         if name in FIGURES and name not in figures:
             revisions[name] = (sent or {}).get(name, -1)
             continue
@@ -127,6 +166,8 @@ def render(view: RunView, now: float, sent: dict[str, int] | None = None,
             out[name] = figure(view, name)
         elif name == "warnings":
             out[name] = warnings_text(view)
+        elif name == "generations":
+            out[name] = generations_html(view)
         else:
             out[name] = result_markdown(view)
         revisions.setdefault(name, 0)

@@ -59,3 +59,43 @@ def registered(gate: Gate) -> Iterator[Gate]:
         yield gate
     finally:
         del METHODS[gate.NAME]
+
+
+class EvalGate:
+    """Holds a run at the first progress tick of every evaluation stage (perplexity, a task, the texts)
+    until :meth:`release`; :meth:`progress_class` replaces ``toolkit.pipeline.ProgressEvents``."""
+
+    def __init__(self) -> None:
+        self._permits = threading.Semaphore(0)
+        self.held: list[tuple[str, str]] = []  # (phase, what) of every stage held so far
+
+    def progress_class(self) -> type:
+        from toolkit.errors import RunCancelled
+        from toolkit.run_evals import ProgressEvents
+
+        gate = self
+
+        class HeldProgress(ProgressEvents):
+            def callback(self, phase: str, what: str) -> Callable[[int, int], None]:
+                report, first = super().callback(phase, what), [True]
+
+                def held(done: int, total: int) -> None:
+                    report(done, total)  # the tick is out (the page can show it) before the stage waits
+                    if first[0]:
+                        first[0] = False
+                        gate.held.append((phase, what))
+                        while not gate._permits.acquire(timeout=0.05):
+                            if self.cancelled():
+                                raise RunCancelled("cancelled")
+
+                return held
+
+        return HeldProgress
+
+    def release(self, stages: int = 1) -> None:
+        """Let ``stages`` more held stages go on."""
+        self._permits.release(stages)
+
+    def open(self) -> None:
+        """Let every stage go on."""
+        self.release(100_000)

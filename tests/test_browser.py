@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from browser_app import (
     wait_for_linears,
     wait_for_text,
 )
+from gate import EvalGate
 
 from toolkit.api import list_runs
 
@@ -151,3 +153,41 @@ def test_cancel_marks_the_run_cancelled(url: str, chromium: Any, runs_dir: Path,
         (new,) = [r for r in list_runs(runs_dir) if r.run_id == new.run_id]
     assert new.status == "cancelled"
     assert status(page) and "Traceback" not in page.content()
+
+
+STAGES = ("evaluating dense · window 4/16", "zero-shot rte (dense) ·", "generating dense · prompt 0/5",
+          "evaluating pruned · window 4/16", "zero-shot rte (pruned) ·", "generating pruned · prompt 0/5")
+
+
+def test_status_line_moves_during_dense_and_pruned_evaluation(url: str, chromium: Any, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import toolkit.pipeline
+
+    monkeypatch.setenv("PRUNELAB_CACHE", str(tmp_path))  # nothing cached: the dense evaluation runs
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    stages = EvalGate()
+    monkeypatch.setattr(toolkit.pipeline, "ProgressEvents", stages.progress_class())
+    safety = threading.Timer(120, stages.open)  # a page that never shows a stage fails instead of hanging
+    safety.start()
+    try:
+        page = open_page(chromium, url)
+        page.get_by_text("Calibration, evaluation, device").click()
+        pick(page, "run-tasks", "rte")
+        page.fill("#run-task-limit input", "2")
+        page.locator("#run-generate input").check()
+        page.evaluate(WATCH_JS)
+        for stage in STAGES:  # each stage is held at its first tick until the page showed it
+            text = wait_for_text(page, "#run-status", stage, timeout=60)
+            assert "▶ running" in text and "elapsed" in text
+            stages.release()
+        wait_for_text(page, "#run-status", "✓ finished")
+    finally:
+        safety.cancel()
+        stages.open()
+    assert [what for _, what in stages.held] == ["perplexity", "rte", "generation"] * 2
+    result = page.inner_text("#run-result")
+    assert "Zero-shot accuracy" in result and re.search(r"rte\s+validation\s+acc\s+2", result), result
+    panel = page.inner_text("#run-generations")
+    assert panel.count("tokens/s") == 10 and "dense" in panel and "pruned" in panel
+    texts = page.locator("#run-generations td.gen-text pre")
+    assert texts.count() == 10 and all(texts.nth(i).inner_text() for i in range(2))

@@ -61,6 +61,22 @@ def test_eval_with_tasks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert data["zero_shot"]["tasks"]["rte"]["examples"] == 2 and data["ppl"]["wiki"] > 1
 
 
+def test_eval_with_tasks_loads_the_model_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import toolkit.models
+
+    loads: list[str] = []
+    real = toolkit.models.load_model
+
+    def counted(name: str) -> object:
+        loads.append(name)
+        return real(name)
+
+    monkeypatch.setattr(toolkit.models, "load_model", counted)
+    assert main(["eval", "--model", "tiny-llama", "--seqlen", "64", "--windows", "1", "--tasks", "rte",
+                 "--limit", "1", "--task-data", "local"]) == 0
+    assert loads == ["tiny-llama"]
+
+
 def test_generate_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     texts = []
     for run in range(2):

@@ -183,3 +183,14 @@ def test_error_heatmap_hover_shows_bits_of_quantized_linears() -> None:
                             damping=math.nan, seconds=0.0)
     (trace,) = valid(viz.error_heatmap([quantized, pruned], num_layers=1)).data
     assert list(trace.text[0]) == ["sparsity 0.000 · 4.12 bits/weight", "sparsity 0.500"]
+
+
+def test_sweep_figure_of_mean_accuracy() -> None:
+    points = [{"method": "wanda", "sparsity": s, "pattern": "unstructured", "achieved_sparsity": a, "ppl": 30.0,
+               "accuracy": acc} for s, a, acc in (("50%", 0.5, 0.41), ("30%", 0.3, 0.45))]
+    points.append({"method": "magnitude", "sparsity": "50%", "pattern": "unstructured", "achieved_sparsity": 0.5,
+                   "ppl": 40.0, "accuracy": math.nan})  # no tasks scored: no accuracy point
+    fig = valid(viz.sweep_figure(points, dense_ppl=0.48, metric="accuracy", title="mean zero-shot accuracy"))
+    assert [t.name for t in fig.data] == ["wanda", "dense (0.480)"]
+    assert list(fig.data[0].y) == [0.45, 0.41] and fig.layout.yaxis.type != "log"
+    assert "accuracy" in fig.layout.yaxis.title.text

@@ -15,7 +15,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.engine_options import DEVICES_AUTO, FUSED
 from toolkit.errors import RunCancelled, ToolkitError
@@ -24,6 +24,10 @@ from toolkit.methods import METHODS, get_method
 from toolkit.runs import SCHEMA, find_finished, list_runs, open_run
 from toolkit.sparsity import Target, Unstructured
 from toolkit.spec import TARGET_KINDS, Compression, QuantSpec, Unit, parse_compression
+from toolkit.zeroshot_tasks import AUTO, SOURCES, check_limit, parse_task_names
+
+if TYPE_CHECKING:
+    from toolkit.models import LoadedModel
 
 __all__ = [
     "CancelToken", "RunConfig", "evaluate_model", "find_finished", "list_methods", "list_runs", "open_run",
@@ -65,6 +69,10 @@ class RunConfig:
     devices: str = "auto"  # layers pruned concurrently on these devices, e.g. "cuda:0,cuda:1" (propagate=dense)
     out_dir: str = "runs"
     save_model: bool = False
+    tasks: tuple[str, ...] = ()  # zero-shot tasks (lm-eval, 0 shots) scored dense and pruned; () = none
+    task_limit: int | None = None  # the first N examples of each task; None = all
+    task_data: str = AUTO  # auto | local | hub (see toolkit.zeroshot_tasks.resolve_tasks)
+    generate: bool = False  # greedy continuations of the fixed prompts, dense and pruned
 
     def __post_init__(self) -> None:
         spec = get_method(self.method)
@@ -82,6 +90,17 @@ class RunConfig:
             raise ToolkitError("parallel layer pruning (--devices with several devices) needs --propagate dense")
         if self.eval_windows is not None and self.eval_windows < 1:
             raise ToolkitError("eval-windows must be ≥ 1 (leave it out for all windows)")
+        self._check_tasks()
+
+    def _check_tasks(self) -> None:
+        """Task names known (a "boolq,rte" string is accepted), limit ≥ 1 and only with tasks, source known."""
+        if self.tasks:
+            object.__setattr__(self, "tasks", tuple(parse_task_names(self.tasks)))
+        elif self.task_limit is not None:
+            raise ToolkitError("--task-limit counts examples per zero-shot task: give --tasks too")
+        check_limit(self.task_limit, "--task-limit")
+        if self.task_data not in SOURCES:
+            raise ToolkitError(f"unknown task data source {self.task_data!r}: use one of {', '.join(SOURCES)}")
 
     @property
     def compression(self) -> Compression:
@@ -98,18 +117,23 @@ class RunConfig:
         data.update(sparsity=None if self.sparsity is None else str(self.sparsity),
                     quant=None if self.quant is None else self.quant.label,
                     unit=None if self.unit is None else self.unit.value,
-                    options=dict(self.options), compression=self.compression.to_dict(), schema=SCHEMA)
+                    options=dict(self.options), compression=self.compression.to_dict(), schema=SCHEMA,
+                    tasks=list(self.tasks))
         return data
 
     def reuse_key(self) -> dict[str, Any]:
         """The fields that make two runs the same experiment (for sweep reuse).
 
-        A schema-1 run, which has no ``quant``/``unit``, matches when they are None.
+        A schema-1 run, which has no ``quant``/``unit``, matches when they are None; a run without
+        zero-shot tasks matches runs recorded before tasks existed.
         """
         data = self.to_dict()
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
-                         "devices", "compression", "schema"):
+                         "devices", "compression", "schema", "generate"):
             data.pop(volatile)
+        if not self.tasks:
+            for name in ("tasks", "task_limit", "task_data"):
+                data.pop(name)
         return data
 
 
@@ -205,11 +229,12 @@ def run(config: RunConfig, cancel: CancelToken | None = None) -> Iterator[Event]
 
 
 def evaluate_model(
-    model: str, *, data: str = "wiki", seq_len: int = 512, max_windows: int | None = None, device: str = "auto"
+    model: str | LoadedModel, *, data: str = "wiki", seq_len: int = 512, max_windows: int | None = None,
+    device: str = "auto",
 ) -> tuple[float, dict[str, Any]]:
-    """Perplexity of ``model`` on the test split of ``data``; returns (ppl, protocol).
+    """Perplexity of ``model`` (a name to load, or a model already loaded) on the test split of ``data``.
 
-    Raises :class:`ToolkitError` when ``seq_len`` exceeds the model's positions.
+    Returns (ppl, protocol). Raises :class:`ToolkitError` when ``seq_len`` exceeds the model's positions.
     """
     from toolkit.checks import check_context
     from toolkit.data import eval_windows, load_tokens
@@ -218,7 +243,7 @@ def evaluate_model(
     from toolkit.models import load_model
     from toolkit.pipeline import bos_id
 
-    loaded = load_model(model)
+    loaded = load_model(model) if isinstance(model, str) else model
     check_context(loaded, seqlen=seq_len)
     windows = eval_windows(load_tokens(data, "test", loaded.codec), seq_len, max_windows, bos_id(loaded))
     value = perplexity(loaded.model, windows, resolve_device(device))

@@ -38,6 +38,15 @@ def _windows(text: str | None) -> int | None:
         raise ToolkitError(f"--eval-windows takes a number or 'all', got {text!r}") from None
 
 
+def _task_args(parser: argparse.ArgumentParser, limit_flag: str, what: str) -> None:
+    """--tasks, the per-task limit and --task-data (zero-shot accuracy, toolkit/zeroshot.py)."""
+    parser.add_argument("--tasks", default=None, help=f"{what}, e.g. boolq,rte,hellaswag,winogrande,arc_easy,"
+                                                      "arc_challenge,openbookqa (lm-eval, 0 shots)")
+    parser.add_argument(limit_flag, type=int, default=None, help="score only the first N examples of each task")
+    parser.add_argument("--task-data", default="auto", choices=("auto", "local", "hub"),
+                        help="auto: lm-eval's stock tasks when the hub is reachable, else the local validation copies")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (sub-commands prune, eval, methods, runs)."""
     parser = argparse.ArgumentParser(prog="python -m toolkit", description="PruneLab: post-training pruning of LLMs")
@@ -72,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-model", action="store_true", help="save the pruned checkpoint in the run folder")
     p.add_argument("--json", default=None, help="write the result object to this file")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    _task_args(p, "--task-limit", "zero-shot tasks scored on the dense (cached) and the pruned model")
+    p.add_argument("--generate", action="store_true",
+                   help="greedy continuations of the fixed prompts from the dense and the pruned model")
     p.add_argument("--devices", default="auto",
                    help="prune layers concurrently on these devices, e.g. cuda:0,cuda:1 (needs --propagate dense; "
                         "auto: every GPU when there are several and the inputs are dense)")
@@ -81,12 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seqlen", type=int, default=512)
     e.add_argument("--windows", default=None)
     e.add_argument("--device", default="auto")
-    # zero-shot accuracy (toolkit/zeroshot.py)
-    e.add_argument("--tasks", default=None, help="zero-shot tasks, e.g. boolq,rte,hellaswag,winogrande,arc_easy,"
-                                                 "arc_challenge,openbookqa (lm-eval, 0 shots)")
-    e.add_argument("--limit", type=int, default=None, help="score only the first N examples of each task")
-    e.add_argument("--task-data", default="auto", choices=("auto", "local", "hub"),
-                   help="auto: lm-eval's stock tasks when the hub is reachable, else the local validation copies")
+    _task_args(e, "--limit", "zero-shot tasks")
     e.add_argument("--json", default=None, help="write perplexity, protocol and zero_shot to this file")
     # greedy generation (toolkit/generate.py)
     g = sub.add_parser("generate", help="greedy (deterministic) text from a model, with tokens/s")
@@ -130,6 +137,7 @@ def _prune(args: argparse.Namespace) -> int:
     from toolkit.api import RunConfig, prune_model
     from toolkit.cli_view import ProgressView, layer_table
     from toolkit.spec import parse_compression
+    from toolkit.zeroshot_tasks import parse_task_names
 
     eval_data = None if args.eval.lower() == "none" else args.eval
     sparsity = args.sparsity if args.sparsity is not None or args.quant is not None else "50%"
@@ -142,19 +150,35 @@ def _prune(args: argparse.Namespace) -> int:
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
         fused=args.fused, error_windows=args.error_windows, devices=args.devices,
         out_dir=args.out or "runs", save_model=args.save_model or args.out is not None,
+        tasks=tuple(parse_task_names(args.tasks)) if args.tasks is not None else (), task_limit=args.task_limit,
+        task_data=args.task_data, generate=args.generate,
     )
     view = ProgressView()
     try:
-        result = prune_model(config, on_event=view.on_event, on_progress=view.on_progress)
+        result = prune_model(config, on_event=view.on_event)
     finally:
         view.close()
     print(layer_table(result))
     _summary(result)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=2)
-        print(f"result written to {args.json}")
-    return 0
+        _write_json(args.json, result)
+    return _report_extras(result)
+
+
+def _report_extras(result: dict[str, Any]) -> int:
+    """Print the dense-vs-pruned accuracy table and the texts; 1 when their pruned evaluation failed."""
+    from toolkit.cli_zeroshot import run_generations_report, run_zero_shot_table
+
+    errors = []
+    for key, render in (("zero_shot", run_zero_shot_table), ("generations", run_generations_report)):
+        entry = result.get(key)
+        if entry:
+            print(render(entry))
+            if entry.get("error"):
+                errors.append(f"{key.replace('_', '-')} of the pruned model failed: {entry['error']}")
+    for error in errors:
+        print(f"error: {error} (the pruning finished; run record: {result['run_dir']})", file=sys.stderr)
+    return 1 if errors else 0
 
 
 def _summary(result: dict[str, Any]) -> None:
@@ -175,26 +199,26 @@ def _summary(result: dict[str, Any]) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from toolkit.api import evaluate_model
     from toolkit.cli_zeroshot import check_zero_shot_args
+    from toolkit.models import load_model
 
     specs = check_zero_shot_args(args.tasks, args.limit, args.task_data)  # before any model loads
-    value, protocol = evaluate_model(args.model, data=args.data, seq_len=args.seqlen,
+    loaded = load_model(args.model)  # once, for the perplexity and the tasks
+    value, protocol = evaluate_model(loaded, data=args.data, seq_len=args.seqlen,
                                      max_windows=_windows(args.windows), device=args.device)
     print(f"ppl ({args.data}, seqlen {args.seqlen}, {protocol['windows']} windows, {protocol['tokens']} tokens): "
           f"{value:.3f}" if math.isfinite(value) else "ppl: not finite")
-    zero_shot = _zero_shot(args, specs) if specs else None
+    zero_shot = _zero_shot(args, specs, loaded) if specs else None
     if args.json:
         _write_json(args.json, {"model": protocol["model"], "ppl": {args.data: value if math.isfinite(value) else None},
                                 "protocol": protocol, **({"zero_shot": zero_shot} if zero_shot else {})})
     return 0
 
 
-def _zero_shot(args: argparse.Namespace, specs: tuple) -> dict[str, Any]:
+def _zero_shot(args: argparse.Namespace, specs: tuple, loaded: Any) -> dict[str, Any]:
     from toolkit.cli_zeroshot import TaskProgress, zero_shot_table
     from toolkit.engine import resolve_device
-    from toolkit.models import load_model
     from toolkit.zeroshot import evaluate_tasks
 
-    loaded = load_model(args.model)
     progress = TaskProgress()
     try:
         result = evaluate_tasks(loaded.model, loaded.codec, specs, args.limit, resolve_device(args.device), progress)

@@ -7,11 +7,13 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from toolkit.events import Event, LayerDone, LayerStarted, RunStarted, RunWarning, SublayerPruned
+from toolkit.events import EvalProgress, Event, LayerDone, LayerStarted, RunStarted, RunWarning, SublayerPruned
+
+UNITS = {"perplexity": "window", "generation": "prompt"}  # EvalProgress.what → bar unit (a task: requests)
 
 
 class ProgressView:
-    """A bar over decoder layers, one over evaluation windows, Warning events printed above."""
+    """A bar over decoder layers, one per evaluation stage (EvalProgress), Warning events printed above."""
 
     def __init__(self) -> None:
         self._layers: tqdm | None = None
@@ -28,6 +30,9 @@ class ProgressView:
             self._layers.set_postfix_str(f"layer {event.layer} {event.name} err {event.rel_error:.3f}")
         elif isinstance(event, LayerDone) and self._layers is not None:
             self._layers.update(1)
+        elif isinstance(event, EvalProgress):
+            stage = f"eval {event.phase}" if event.what == "perplexity" else f"{event.what} {event.phase}"
+            advance_bar(self._eval, stage, event.done, event.total, UNITS.get(event.what, "req"))
         elif isinstance(event, RunWarning):
             where = f" (layer {event.layer} {event.name})" if event.layer >= 0 else ""
             tqdm.write(f"warning: {event.message}{where}")

@@ -80,3 +80,45 @@ def generation_json(generations: Sequence[Generation], protocol: dict[str, Any],
     """The ``generate --json`` object: model, protocol and every generation."""
     return {"model": model.name, "model_label": model.label, "protocol": protocol,
             "generations": [g.to_dict() for g in generations]}
+
+
+def run_zero_shot_table(entry: dict[str, Any]) -> str:
+    """A run's ``zero_shot`` entry: per task dense vs pruned headline metric, then the mean and notes."""
+    limit = entry.get("limit")
+    cached = entry.get("dense_cached") or []
+    lines = [f"zero-shot accuracy, dense vs pruned: {entry['protocol'].get('harness', 'lm-eval')}, "
+             f"{entry.get('shots', 0)} shots" + (f", first {limit} examples per task" if limit else "")
+             + (f" (dense from the cache: {', '.join(cached)})" if cached else ""),
+             f"{'task':<15} {'split':<11} {'metric':<9} {'examples':>8} {'dense':>8} {'pruned':>8} {'change':>8}"]
+    for task, info in entry["tasks"].items():
+        dense, pruned = entry["dense"].get(task), entry["pruned"].get(task)
+        lines.append(f"{task:<15} {info['split']:<11} {info['metric']:<9} {info['examples']:>8} {_num(dense)} "
+                     f"{_num(pruned)} {_change(dense, pruned)}")
+    mean = entry["mean"]
+    lines.append(f"{'mean':<15} {'':<11} {'':<9} {'':>8} {_num(mean['dense'])} {_num(mean['pruned'])} "
+                 f"{_change(mean['dense'], mean['pruned'])}")
+    lines += [f"note: {info['note']}" for info in entry["tasks"].values() if info.get("note")]
+    return "\n".join(lines)
+
+
+def _num(value: float | None) -> str:
+    return f"{value:>8.4f}" if value is not None and math.isfinite(value) else f"{'-':>8}"
+
+
+def _change(dense: float | None, pruned: float | None) -> str:
+    if dense is None or pruned is None:
+        return f"{'-':>8}"
+    return f"{pruned - dense:>+8.4f}"
+
+
+def run_generations_report(entry: dict[str, Any]) -> str:
+    """A run's ``generations`` entry: each prompt, the dense and the pruned greedy text, tokens/s."""
+    blocks = [f"greedy continuations ({entry['max_new_tokens']} new tokens), dense vs pruned"]
+    for record in entry["records"]:
+        block = [f"prompt: {record['prompt']}", f"dense : {record['dense']}   "
+                 f"({record['dense_tokens_per_s']:.1f} tokens/s)"]
+        if "pruned" in record:
+            block.append(f"pruned: {record['pruned']}   ({record['pruned_tokens_per_s']:.1f} tokens/s)"
+                         + ("   identical" if record["identical"] else ""))
+        blocks.append("\n".join(block))
+    return "\n\n".join(blocks)

@@ -320,6 +320,19 @@ class TaskScore(Event):
     value: float
     examples: int
     split: str
+    headline: bool = False  # the metric that enters the mean over tasks
 
 
-EVENT_TYPES.update({cls.kind: cls for cls in (EvalProgress, TaskScore)})
+@dataclass(frozen=True, slots=True)
+class Generated(Event):
+    """A greedy continuation of ``prompt``: ``which`` is "dense" or "pruned" (see :mod:`toolkit.generate`)."""
+
+    kind: ClassVar[str] = "Generated"
+    which: str
+    prompt: str
+    text: str
+    new_tokens: int
+    seconds: float
+
+
+EVENT_TYPES.update({cls.kind: cls for cls in (EvalProgress, TaskScore, Generated)})

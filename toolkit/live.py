@@ -20,7 +20,9 @@ from typing import Any
 from toolkit.events import (
     BlockStep,
     EvalPoint,
+    EvalProgress,
     Event,
+    Generated,
     LambdaStep,
     LayerDone,
     LayerStarted,
@@ -30,7 +32,9 @@ from toolkit.events import (
     RunWarning,
     SolverStep,
     SublayerPruned,
+    TaskScore,
 )
+from toolkit.live_eval import EvalView
 
 TERMINAL = ("finished", "failed", "cancelled")
 
@@ -95,6 +99,7 @@ class RunView:
     started_at: float = math.nan  # consumer clock at RunStarted
     prune_started_at: float = math.nan  # consumer clock at the first LayerStarted
     ended_at: float = math.nan
+    evals: EvalView = field(default_factory=EvalView)  # evaluation progress, zero-shot scores, generations
     events_seen: int = 0
     revision: dict[str, int] = field(default_factory=dict)
 
@@ -130,8 +135,20 @@ class RunView:
         end = self.ended_at if math.isfinite(self.ended_at) else now
         return end - self.started_at
 
+    @property
+    def evaluating(self) -> bool:
+        """True while an evaluation stage (perplexity, zero-shot task, generation) is under way."""
+        return self.status == "running" and self.evals.stage is not None
+
+    @property
+    def bar_fraction(self) -> float:
+        """What a progress bar shows: the evaluation stage's fraction while one runs, else the linears'."""
+        return self.evals.fraction if self.evaluating else self.fraction_done
+
     def eta(self, now: float) -> float:
-        """Estimated seconds of pruning left (from the pace so far); nan when unknown."""
+        """Estimated seconds left of the evaluation stage under way, else of pruning (pace so far); nan when unknown."""
+        if self.evaluating:
+            return self.evals.eta(now)
         done = self.fraction_done
         if self.status != "running" or not math.isfinite(self.prune_started_at) or done <= 0:
             return math.nan
@@ -180,10 +197,11 @@ def _on_started(view: RunView, event: RunStarted, now: float) -> None:
     fresh.model_label = str(fresh.protocol.get("model_label", event.model))
     fresh.revision = dict(view.revision)
     view.__dict__.update(fresh.__dict__)
-    view._bump("heatmap", "layers", "solver", "lambda", "warnings", "result", "progress")
+    view._bump("heatmap", "layers", "solver", "lambda", "warnings", "result", "progress", "generations")
 
 
 def _on_layer_started(view: RunView, event: LayerStarted, now: float) -> None:
+    view.evals.stage = None  # pruning again: the dense evaluation is over
     view.current_layer = int(event.layer)
     view.num_layers = max(view.num_layers, int(event.num_layers))
     if not math.isfinite(view.prune_started_at):
@@ -225,6 +243,21 @@ def _on_eval(view: RunView, event: EvalPoint, now: float) -> None:
     view._bump("result")
 
 
+def _on_eval_progress(view: RunView, event: EvalProgress, now: float) -> None:
+    view.evals.progress(event, now)
+    view._bump("progress")
+
+
+def _on_task_score(view: RunView, event: TaskScore, now: float) -> None:
+    view.evals.score(event)
+    view._bump("result")
+
+
+def _on_generated(view: RunView, event: Generated, now: float) -> None:
+    view.evals.text(event)
+    view._bump("generations")
+
+
 def _on_warning(view: RunView, event: RunWarning, now: float) -> None:
     where = f"layer {event.layer} {event.name}: " if event.layer >= 0 else ""
     view.warnings.append(f"{where}{event.message}")
@@ -233,6 +266,7 @@ def _on_warning(view: RunView, event: RunWarning, now: float) -> None:
 
 def _on_finished(view: RunView, event: RunFinished, now: float) -> None:
     view.status = "finished"
+    view.evals.stage = None
     view.achieved_sparsity = _num(event.achieved_sparsity)
     view.bits_per_weight = _num(event.bits_per_weight)
     view.params = (event.params_before, event.params_after)
@@ -254,7 +288,8 @@ def _on_failed(view: RunView, event: RunFailed, now: float) -> None:
 _HANDLERS = {
     RunStarted: _on_started, LayerStarted: _on_layer_started, SublayerPruned: _on_pruned, LayerDone: _on_layer_done,
     SolverStep: _on_solver, BlockStep: _on_block, LambdaStep: _on_lambda, EvalPoint: _on_eval,
-    RunWarning: _on_warning, RunFinished: _on_finished, RunFailed: _on_failed,
+    RunWarning: _on_warning, RunFinished: _on_finished, RunFailed: _on_failed, EvalProgress: _on_eval_progress,
+    TaskScore: _on_task_score, Generated: _on_generated,
 }
 
 
@@ -316,9 +351,16 @@ def format_seconds(seconds: float, tenths: bool = False) -> str:
 
 
 def progress_line(view: RunView, now: float) -> str:
-    """One line: ``layer 3 of 30 · q_proj · 12% · elapsed 40 s · about 4 min 50 s left``."""
+    """One line: ``layer 3 of 30 · q_proj · 12% · elapsed 40 s · about 4 min 50 s left``.
+
+    While an evaluation stage runs: ``evaluating pruned · window 40/210 · elapsed … · about … left``.
+    """
     if view.status == "idle":
         return "idle"
+    if view.evaluating:
+        eta = view.eta(now)
+        return " · ".join([view.evals.stage_line(), f"elapsed {format_seconds(view.elapsed(now), tenths=True)}",
+                           f"about {format_seconds(eta)} left" if math.isfinite(eta) else "estimating time left"])
     layer, total = view.layer_progress()
     parts = [f"layer {layer} of {total}" if total else "starting"]
     if view.current_linear and view.status == "running":

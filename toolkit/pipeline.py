@@ -16,15 +16,24 @@ from toolkit.data import CalibSpec, calibration_windows, eval_windows, load_toke
 from toolkit.engine import EngineConfig, EngineResult, check_targets, prune_layers, resolve_device
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.evaluate import perplexity
-from toolkit.events import EvalPoint, Event, RunFailed, RunFinished, RunStarted
+from toolkit.events import EvalPoint, Event, RunFailed, RunFinished, RunStarted, RunWarning
 from toolkit.export import save_checkpoint
 from toolkit.methods import MethodSpec, get_method
 from toolkit.methods.base import Scope
 from toolkit.models import LoadedModel, decoder_layers, load_model
 from toolkit.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl, versions
 from toolkit.quant import QuantState
+from toolkit.run_evals import (
+    DenseEvals,
+    ProgressEvents,
+    generate_texts,
+    generations_entry,
+    score_tasks,
+    zero_shot_entry,
+)
 from toolkit.runs import SCHEMA, RunWriter, StoredQuant
 from toolkit.shrunk import save_shrunk
+from toolkit.zeroshot_tasks import TaskSpec, resolve_tasks
 
 Progress = Callable[[str, int, int], None]
 BOS_FAMILIES = ("gemma", "gemma2", "gemma3", "gemma3_text")
@@ -48,6 +57,7 @@ class Prepared:
     calibration: torch.Tensor
     test: torch.Tensor | None
     protocol: dict[str, Any]
+    tasks: tuple[TaskSpec, ...] = ()
 
 
 def execute(config: Any, emit: Callable[[Event], None], cancel: Any, on_progress: Progress | None) -> dict[str, Any]:
@@ -56,16 +66,16 @@ def execute(config: Any, emit: Callable[[Event], None], cancel: Any, on_progress
     Bad input raises :class:`ToolkitError` before the run store is touched; once the run is
     recorded, any failure is recorded too (RunFailed, status failed/cancelled) and re-raised.
     """
-    progress = on_progress or (lambda stage, done, total: None)
     run = prepare(config)
     writer = RunWriter(config.out_dir, config.to_dict())
+    ticks = ProgressEvents(emit, on_progress or (lambda stage, done, total: None), lambda: cancel.cancelled)
 
     def record(event: Event) -> None:
         writer.event(event)
         emit(event)
 
     try:
-        return _run(config, run, writer, record, progress, cancel)
+        return _run(config, run, writer, record, ticks)
     except BaseException as exc:
         message = _failure_message(exc, run.device)
         try:
@@ -85,6 +95,7 @@ def prepare(config: Any) -> Prepared:
                               batch_size=config.batch_size, device=config.device, fused=config.fused,
                               error_windows=config.error_windows, devices=config.devices)
     device = resolve_device(config.device)
+    tasks = resolve_tasks(config.tasks, config.task_data) if config.tasks else ()  # before the model loads
     loaded = load_model(config.model)
     check_context(loaded, config.seqlen, config.eval_seqlen if config.eval_data else None)
     linears = check_targets(loaded.model, spec, config.compression)
@@ -103,27 +114,36 @@ def prepare(config: Any) -> Prepared:
             "dataset": config.eval_data, "split": "test", "seqlen": config.eval_seqlen,
             "windows": int(test.shape[0]), "tokens": int(test.numel()), "all_windows": config.eval_windows is None},
     }
-    return Prepared(spec, method_cfg, engine_cfg, device, loaded, linears, calibration, test, protocol)
+    if tasks:
+        protocol["zero_shot"] = {"tasks": [t.name for t in tasks], "source": tasks[0].source, "shots": 0,
+                                 "limit": config.task_limit, "splits": {t.name: t.split for t in tasks}}
+    return Prepared(spec, method_cfg, engine_cfg, device, loaded, linears, calibration, test, protocol, tasks)
 
 
-def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event], None], progress: Progress,
-         cancel: Any) -> dict[str, Any]:
-    """RunStarted, dense evaluation, compression, pruned evaluation, checkpoint, RunFinished."""
+def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event], None],
+         ticks: ProgressEvents) -> dict[str, Any]:
+    """RunStarted, dense evaluation, compression, pruned perplexity, checkpoint, result, pruned extras, RunFinished.
+
+    result.json is written before the pruned zero-shot and generations, whose failure becomes a
+    warning and an ``error`` in their result entries: the finished pruning is never lost.
+    """
     model = run.loaded.model
     record(RunStarted(run_id=writer.run_id, model=run.loaded.name, method=run.spec.name,
                       sparsity=config.compression.label, options=dataclasses.asdict(run.method_cfg),
                       protocol=run.protocol, num_layers=len(decoder_layers(model)), linears=run.linears,
                       device=str(run.device), compression=config.compression.to_dict()))
-    dense_ppl = _dense_eval(config, run, record, progress, cancel)
+    dense_ppl = _dense_eval(config, run, record, ticks)
+    dense = _dense_extras(config, run, record, ticks)
     before = linear_shapes(model)
     result = prune_layers(model, run.calibration, run.spec, config.compression, run.method_cfg,
-                          cfg=run.engine_cfg, emit=record, cancelled=lambda: cancel.cancelled,
+                          cfg=run.engine_cfg, emit=record, cancelled=ticks.cancelled,
                           on_mask=lambda layer, name, keep: writer.mask(layer, name, keep.numpy()),
                           on_quant=lambda layer, name, state: writer.quant(layer, name, stored_quant(state)),
                           on_structure=writer.structure)
     ppl: dict[str, float] = {}
     if run.test is not None:
-        ppl[config.eval_data] = _eval(run.loaded, run.test, run.device, "pruned", progress, cancel)
+        ppl[config.eval_data] = _eval(run.loaded, run.test, run.device, ticks.callback("pruned", "perplexity"),
+                                      ticks.cancelled)
         record(EvalPoint(dataset=config.eval_data, which="pruned", ppl=ppl[config.eval_data],
                          seq_len=config.eval_seqlen, windows=int(run.test.shape[0]), tokens=int(run.test.numel())))
     accounting = account(model, before, result.kept, result.quant)
@@ -133,6 +153,8 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
         accounting = dataclasses.replace(accounting, checkpoint_bytes=folder_bytes(saved))
     summary = _result(config, run, result, accounting, ppl, dense_ppl)
     summary.update(run_id=writer.run_id, run_dir=str(writer.path))
+    writer.write_result(summary)
+    summary.update(_pruned_extras(config, run, record, ticks, dense))
     record(RunFinished(achieved_sparsity=accounting.sparsity, prune_seconds=result.seconds, ppl=ppl,
                        dense_ppl=dense_ppl, params_before=accounting.params_before,
                        params_after=accounting.params_after, nonzeros_kept=accounting.nonzeros_kept,
@@ -159,14 +181,47 @@ def _failure_message(exc: BaseException, device: torch.device) -> str:
     return text if isinstance(exc, ToolkitError) else f"{type(exc).__name__}: {text}"
 
 
-def _eval(loaded: LoadedModel, windows: torch.Tensor, device: torch.device, which: str, progress: Progress,
-          cancel: Any) -> float:
-    return perplexity(loaded.model, windows, device, progress=lambda d, t: progress(f"eval {which}", d, t),
-                      cancelled=lambda: cancel.cancelled)
+def _eval(loaded: LoadedModel, windows: torch.Tensor, device: torch.device, progress: Callable[[int, int], None],
+          cancelled: Callable[[], bool]) -> float:
+    return perplexity(loaded.model, windows, device, progress=progress, cancelled=cancelled)
 
 
-def _dense_eval(config: Any, run: Prepared, record: Callable[[Event], None], progress: Progress,
-                cancel: Any) -> dict[str, float]:
+def _dense_extras(config: Any, run: Prepared, record: Callable[[Event], None], ticks: ProgressEvents) -> DenseEvals:
+    """Zero-shot scores (cached per task) and greedy texts of the dense model, when the run asks for them."""
+    dense = DenseEvals()
+    if run.tasks:
+        scores, cached = score_tasks(run.loaded, run.tasks, config.task_limit, run.device, ticks, "dense")
+        for event in scores.scores("dense"):
+            record(event)
+        dense.zero_shot, dense.cached = scores, tuple(cached)
+    if config.generate:
+        dense.texts = tuple(generate_texts(run.loaded, run.device, ticks, "dense", record))
+    return dense
+
+
+def _pruned_extras(config: Any, run: Prepared, record: Callable[[Event], None], ticks: ProgressEvents,
+                   dense: DenseEvals) -> dict[str, Any]:
+    """``zero_shot`` and ``generations`` entries of the pruned model; a failure is a warning, never lost work."""
+    extras: dict[str, Any] = {}
+    scores, texts, error = None, [], ""
+    try:
+        if dense.zero_shot is not None:
+            scores = score_tasks(run.loaded, run.tasks, config.task_limit, run.device, ticks, "pruned")[0]
+            for event in scores.scores("pruned"):
+                record(event)
+        if config.generate:
+            texts = generate_texts(run.loaded, run.device, ticks, "pruned", record)
+    except (Exception, KeyboardInterrupt) as exc:  # the pruning is finished and recorded: keep it, report this
+        error = _failure_message(exc, run.device)
+        record(RunWarning(layer=-1, name="", message=f"evaluation of the pruned model failed: {error}"))
+    if dense.zero_shot is not None:
+        extras["zero_shot"] = zero_shot_entry(dense, scores, error if scores is None else "")
+    if config.generate:
+        extras["generations"] = generations_entry(dense.texts, texts, error if len(texts) < len(dense.texts) else "")
+    return extras
+
+
+def _dense_eval(config: Any, run: Prepared, record: Callable[[Event], None], ticks: ProgressEvents) -> dict[str, float]:
     """Dense perplexity (with --eval-dense), from the cache when this protocol was measured before."""
     test = run.test
     if test is None or not config.eval_dense:
@@ -174,7 +229,7 @@ def _dense_eval(config: Any, run: Prepared, record: Callable[[Event], None], pro
     key = dense_ppl_key(run.loaded, test, run.protocol["evaluation"])
     value = cached_dense_ppl(key)
     if value is None:
-        value = _eval(run.loaded, test, run.device, "dense", progress, cancel)
+        value = _eval(run.loaded, test, run.device, ticks.callback("dense", "perplexity"), ticks.cancelled)
         store_dense_ppl(key, value)
     record(EvalPoint(dataset=config.eval_data, which="dense", ppl=value, seq_len=config.eval_seqlen,
                      windows=int(test.shape[0]), tokens=int(test.numel())))

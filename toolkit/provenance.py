@@ -1,4 +1,8 @@
-"""Provenance stamped on every result (STYLE R10): versions, git hash, peak memory, dense-ppl cache.
+"""Provenance stamped on every result (STYLE R10): versions, git hash, peak memory, dense-result caches.
+
+:func:`cached_value` / :func:`store_value` keep one JSON table per cache under the cache folder:
+``dense_ppl`` (perplexities) and ``dense_zero_shot`` (task scores, :mod:`toolkit.run_evals`), both
+keyed by :func:`model_key` plus what was measured.
 
 The dense-perplexity cache is keyed by content, never by names alone: the evaluation protocol, a
 hash of the very token windows scored (text, tokenizer, seqlen and BOS all change it), a hash of the
@@ -54,32 +58,42 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _dense_cache_file() -> Path:
-    return cache_dir() / "dense_ppl.json"
+def _cache_file(table: str) -> Path:
+    return cache_dir() / f"{table}.json"
+
+
+def cached_value(table: str, key: dict[str, Any]) -> Any:
+    """The value remembered in cache ``table`` under exactly ``key``, or None."""
+    try:
+        entries = json.loads(_cache_file(table).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return entries.get(json.dumps(key, sort_keys=True))
+
+
+def store_value(table: str, key: dict[str, Any], value: Any) -> None:
+    """Remember a JSON-able ``value`` in cache ``table`` under ``key`` (written atomically)."""
+    path = _cache_file(table)
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        entries = {}
+    entries[json.dumps(key, sort_keys=True)] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(entries, indent=1), encoding="utf-8")
+    tmp.replace(path)
 
 
 def cached_dense_ppl(key: dict[str, Any]) -> float | None:
     """A dense perplexity measured before under exactly this protocol ``key``, or None."""
-    try:
-        table = json.loads(_dense_cache_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    value = table.get(json.dumps(key, sort_keys=True))
+    value = cached_value("dense_ppl", key)
     return float(value) if isinstance(value, int | float) else None
 
 
 def store_dense_ppl(key: dict[str, Any], ppl: float) -> None:
     """Remember a dense perplexity for this protocol ``key``."""
-    path = _dense_cache_file()
-    try:
-        table = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        table = {}
-    table[json.dumps(key, sort_keys=True)] = ppl
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(table, indent=1), encoding="utf-8")
-    tmp.replace(path)
+    store_value("dense_ppl", key, ppl)
 
 
 def _file_stamp(path: Path) -> list[Any]:
@@ -107,14 +121,18 @@ def weights_stamp(source: Path | None) -> Any:
     return sorted([f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in source.iterdir() if f.is_file())
 
 
-def dense_ppl_key(loaded: LoadedModel, windows: Tensor, evaluation: dict[str, Any]) -> dict[str, Any]:
-    """The dense-perplexity cache key of ``loaded`` scored on ``windows`` under ``evaluation``."""
+def model_key(loaded: LoadedModel) -> dict[str, Any]:
+    """What identifies the dense model of ``loaded``: name, weights on disk, revision, config hash."""
     config: Any = getattr(loaded.model, "config", None)
     return {
-        **evaluation,
         "model": loaded.name,
         "weights": weights_stamp(loaded.source),
         "revision": getattr(config, "_commit_hash", None),
         "config": hashlib.sha256(config.to_json_string().encode()).hexdigest()[:16],
-        "windows": hashlib.sha256(windows.cpu().numpy().tobytes()).hexdigest()[:16],
     }
+
+
+def dense_ppl_key(loaded: LoadedModel, windows: Tensor, evaluation: dict[str, Any]) -> dict[str, Any]:
+    """The dense-perplexity cache key of ``loaded`` scored on ``windows`` under ``evaluation``."""
+    return {**evaluation, **model_key(loaded),
+            "windows": hashlib.sha256(windows.cpu().numpy().tobytes()).hexdigest()[:16]}

@@ -110,10 +110,14 @@ class RunWriter:
         self._structure.append(change)
         _write_json(self.path / "structure.json", {"schema": SCHEMA, "changes": self._structure})
 
+    def write_result(self, result: dict[str, Any]) -> None:
+        """Write result.json while the run goes on (the pruning is done; evaluations of it may follow)."""
+        _write_json(self.path / "result.json", {**result, "schema": SCHEMA})
+
     def finish(self, result: dict[str, Any]) -> None:
         """Write result.json, then mark the run finished."""
         self._events.close()
-        _write_json(self.path / "result.json", {**result, "schema": SCHEMA})
+        self.write_result(result)
         self._status("finished")
 
     def fail(self, error: str, cancelled: bool) -> None:

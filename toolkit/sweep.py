@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
-from toolkit.api import CancelToken, RunConfig, find_finished, run
+from toolkit.api import CancelToken, RunConfig, find_finished, open_run, run
 from toolkit.errors import ToolkitError
 from toolkit.events import Event, RunFailed, RunFinished, RunStarted
 from toolkit.methods import get_method
@@ -24,12 +24,12 @@ from toolkit.sparsity import Target, parse_sparsity
 from toolkit.spec import target_kind
 
 COLUMNS = ("method", "sparsity", "achieved_sparsity", "ppl", "dense_ppl", "prune_seconds", "status", "reused", "run_id",
-           "pattern")
+           "pattern", "accuracy", "dense_accuracy")
 
 
 @dataclass(frozen=True)
 class SweepPoint:
-    """One (method, sparsity) of a sweep: its perplexity, or why there is none.
+    """One (method, sparsity) of a sweep: its perplexity (and mean zero-shot accuracy), or why there is none.
 
     ``sparsity`` is the compression's label; ``pattern`` the kind of its sparsity target
     (``unstructured`` | ``nm`` | ``structured`` | ``none``), so a chart groups points without
@@ -42,6 +42,8 @@ class SweepPoint:
     achieved_sparsity: float = math.nan
     ppl: float = math.nan
     dense_ppl: float = math.nan
+    accuracy: float = math.nan  # mean over the run's zero-shot tasks of the headline metric (nan: no tasks)
+    dense_accuracy: float = math.nan
     prune_seconds: float = math.nan
     status: str = "finished"  # finished | failed | cancelled
     reused: bool = False
@@ -95,8 +97,22 @@ def point_from_result(config: RunConfig, result: dict[str, Any], *, reused: bool
     ppl, dense = result.get("ppl") or {}, result.get("dense_ppl") or {}
     return SweepPoint(method=config.method, **_labels(config),
                       achieved_sparsity=_num(result.get("achieved_sparsity")), ppl=_num(ppl.get(data)),
-                      dense_ppl=_num(dense.get(data)), prune_seconds=_num(result.get("prune_seconds")),
-                      reused=reused, run_id=str(result.get("run_id", "")))
+                      dense_ppl=_num(dense.get(data)), **mean_accuracy(result),
+                      prune_seconds=_num(result.get("prune_seconds")), reused=reused,
+                      run_id=str(result.get("run_id", "")))
+
+
+class _Accuracy(TypedDict):
+    accuracy: float
+    dense_accuracy: float
+
+
+def mean_accuracy(result: dict[str, Any]) -> _Accuracy:
+    """``accuracy`` and ``dense_accuracy`` of a result dict: its zero-shot means (nan without tasks)."""
+    entry = result.get("zero_shot")
+    mean = entry.get("mean") if isinstance(entry, dict) else None
+    mean = mean if isinstance(mean, dict) else {}
+    return {"accuracy": _num(mean.get("pruned")), "dense_accuracy": _num(mean.get("dense"))}
 
 
 def _num(value: Any) -> float:
@@ -146,19 +162,21 @@ def _run_one(config: RunConfig, cancel: CancelToken) -> Iterator[Event]:
         return SweepPoint(method=config.method, **_labels(config), status="failed", error=str(exc))
     if finished is not None:
         data = config.eval_data or ""
+        stored = open_run(Path(config.out_dir) / run_id).result if config.tasks else None
         return SweepPoint(method=config.method, **_labels(config), achieved_sparsity=finished.achieved_sparsity,
                           ppl=_num(finished.ppl.get(data)), dense_ppl=_num(finished.dense_ppl.get(data)),
-                          prune_seconds=finished.prune_seconds, run_id=run_id)
+                          **mean_accuracy(stored or {}), prune_seconds=finished.prune_seconds, run_id=run_id)
     status = "cancelled" if failed is not None and failed.cancelled else "failed"
     return SweepPoint(method=config.method, **_labels(config), status=status, run_id=run_id,
                       error=failed.error if failed is not None else "the run ended without a result")
 
 
-def dense_reference(points: Sequence[SweepPoint]) -> float | None:
-    """The dense perplexity measured by any point of the sweep (they share the protocol)."""
+def dense_reference(points: Sequence[SweepPoint], field: str = "dense_ppl") -> float | None:
+    """The dense value of ``field`` (dense_ppl | dense_accuracy) measured by any point (they share the protocol)."""
     for point in points:
-        if math.isfinite(point.dense_ppl):
-            return point.dense_ppl
+        value = getattr(point, field)
+        if math.isfinite(value):
+            return value
     return None
 
 
@@ -190,6 +208,6 @@ def stored_points(records: Sequence[Any], model: str | None = None) -> list[Swee
         points.append(SweepPoint(method=str(config.get("method")), sparsity=str(compression.get("label")),
                                  pattern=pattern,
                                  achieved_sparsity=_num(result.get("achieved_sparsity")), ppl=_num(ppl.get(data)),
-                                 dense_ppl=_num(dense.get(data)), prune_seconds=_num(result.get("prune_seconds")),
-                                 reused=True, run_id=record.run_id))
+                                 dense_ppl=_num(dense.get(data)), **mean_accuracy(result),
+                                 prune_seconds=_num(result.get("prune_seconds")), reused=True, run_id=record.run_id))
     return points

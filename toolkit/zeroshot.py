@@ -20,11 +20,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from toolkit.errors import ToolkitError
 from toolkit.events import TaskScore
 from toolkit.generate import context_limit
 from toolkit.tokenizers import TextCodec
-from toolkit.zeroshot_tasks import LOCAL, TaskSpec, local_config, resolve_tasks, stock_folder
+from toolkit.zeroshot_tasks import LOCAL, TaskSpec, check_limit, local_config, resolve_tasks, stock_folder
 
 log = logging.getLogger(__name__)
 SHOTS = 0
@@ -71,7 +70,8 @@ class ZeroShotResult:
 
     def scores(self, which: str) -> list[TaskScore]:
         """One :class:`~toolkit.events.TaskScore` event per task and metric; ``which`` is dense|pruned."""
-        return [TaskScore(which=which, task=t.task, metric=name, value=value, examples=t.examples, split=t.split)
+        return [TaskScore(which=which, task=t.task, metric=name, value=value, examples=t.examples, split=t.split,
+                          headline=name == t.metric)
                 for t in self.tasks for name, value in t.metrics.items() if name in METRICS]
 
 
@@ -82,13 +82,6 @@ def _finite(data: dict[str, Any]) -> dict[str, Any]:
         return {k: clean(v) for k, v in value.items()} if isinstance(value, dict) else value
 
     return {k: clean(v) for k, v in data.items()}
-
-
-def check_limit(limit: int | None) -> int | None:
-    """``limit`` examples per task, or None for all; raises :class:`ToolkitError` below 1."""
-    if limit is not None and limit < 1:
-        raise ToolkitError(f"--limit must be ≥ 1 (examples per task), got {limit}; leave it out for all examples")
-    return limit
 
 
 def evaluate_tasks(
@@ -119,8 +112,7 @@ def evaluate_tasks(
                 results.append(_run_task(lm, spec, limit))
     finally:
         model.to(home).train(was_training)
-    protocol = {**_protocol(codec, device, limit), "max_context": context_limit(model)}
-    return ZeroShotResult(tuple(results), limit, protocol)
+    return ZeroShotResult(tuple(results), limit, protocol(model, codec, device, limit))
 
 
 def _specs(tasks: Sequence[str] | Sequence[TaskSpec] | str) -> tuple[TaskSpec, ...]:
@@ -183,9 +175,11 @@ def _quiet_datasets() -> Iterator[None]:
             datasets.enable_progress_bars()
 
 
-def _protocol(codec: TextCodec, device: torch.device | str, limit: int | None) -> dict[str, Any]:
+def protocol(model: nn.Module, codec: TextCodec, device: torch.device | str, limit: int | None) -> dict[str, Any]:
+    """How the scores were measured: harness and version, shots, limit, device, tokenizer, context."""
     from importlib.metadata import version
 
-    return {"harness": f"lm-eval {version('lm_eval')}", "shots": SHOTS, "limit": limit, "device": str(device),
-            "tokenizer": codec.name, "scorer": "toolkit.zeroshot_harness.CodecLM (HFLM's loglikelihood protocol)",
+    return {"max_context": context_limit(model), "harness": f"lm-eval {version('lm_eval')}", "shots": SHOTS,
+            "limit": limit, "device": str(device), "tokenizer": codec.name,
+            "scorer": "toolkit.zeroshot_harness.CodecLM (HFLM's loglikelihood protocol)",
             "chat_template": False}

@@ -105,6 +105,14 @@ def local_folder(name: str) -> Path | None:
     return folder if (folder / "state.json").exists() else None
 
 
+def check_limit(limit: int | None, flag: str = "--limit") -> int | None:
+    """``limit`` examples per task, or None for all; raises :class:`ToolkitError` below 1 (naming ``flag``)."""
+    if limit is not None and limit < 1:
+        raise ToolkitError(f"{flag} must be ≥ 1 (examples per task), got {limit}; leave it out for all examples")
+    return limit
+
+
+
 def parse_task_names(text: str | list[str] | tuple[str, ...]) -> list[str]:
     """``"boolq,rte"`` or a list → known task names, in order, without duplicates (else ToolkitError)."""
     names = [n.strip().lower() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]
