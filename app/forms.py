@@ -28,7 +28,8 @@ QUANT_BITS = {"int8": 8, "int4": 4, "int3": 3, "int2": 2}  # the quantization dr
 QUANT_CHOICES = ("none", *QUANT_BITS)
 GROUP_SIZES = (("128", 128), ("64", 64), ("32", 32), ("per row", 0))  # (label, inputs per scale)
 TASK_CHOICES = DEFAULT_TASKS  # the seven tasks of the seed papers
-SWEEP_SPARSITIES = ("10%", "20%", "30%", "40%", "50%", "60%", "70%", "2:4", "4:8")
+SWEEP_SPARSITIES = ("none", "10%", "20%", "30%", "40%", "50%", "60%", "70%", "2:4", "4:8")  # none: quantize only
+SWEEP_BITS = ("none", "int8", "int4", "int3", "int2")  # none: no quantization; g128 groups
 # name → (nsamples, seqlen, eval seqlen, eval windows (0 = all))
 PRESETS = {
     "quick (8 × 128, 16 eval windows)": (8, 128, 128, 16),

@@ -1,4 +1,7 @@
-"""The Sweep tab: methods × sparsities on one model and protocol, drawn point by point.
+"""The Sweep tab: methods × sparsities × bit widths on one model and protocol, drawn point by point.
+
+Two curves: perplexity vs sparsity, and perplexity vs bits per weight (scales counted) for the
+quantized points (sweep int2/int3/int4 at a fixed method for the bits curve).
 
 :func:`sweep_stream` is the handler's logic as a plain generator (tests drive it): plan the
 configs (:func:`toolkit.sweep.plan`), wait for the device, then follow :func:`toolkit.sweep.run_sweep`
@@ -16,7 +19,7 @@ from typing import Any
 from app import forms
 from app.jobs import DONE, SESSIONS, Job, device_queue
 from app.run_tab import PERIOD, _wait_turn, error_status, session_of
-from toolkit import viz
+from toolkit import viz, viz_quant
 from toolkit.api import RunConfig
 from toolkit.errors import ToolkitError
 from toolkit.events import Event, RunStarted
@@ -26,6 +29,7 @@ from toolkit.sweep import COLUMNS, SweepPoint, dense_reference, plan, run_sweep,
 
 DEFAULT_SPARSITIES = ("10%", "30%", "50%", "70%", "2:4")
 DEFAULT_METHODS = ("magnitude", "wanda", "sparsegpt")
+DEFAULT_BITS = ("none",)
 
 
 @dataclass
@@ -36,6 +40,7 @@ class SweepSettings:
     model_path: str = ""
     methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
     sparsities: list[str] = field(default_factory=lambda: list(DEFAULT_SPARSITIES))
+    bits: list[str] = field(default_factory=lambda: list(DEFAULT_BITS))  # "none" = not quantized
     protocol: forms.Protocol = field(default_factory=forms.Protocol)
 
 
@@ -44,12 +49,16 @@ def sweep_configs(settings: SweepSettings, runs_dir: str) -> tuple[list[RunConfi
     if not settings.methods:
         raise ToolkitError("pick at least one method")
     if not settings.sparsities:
-        raise ToolkitError("pick at least one sparsity")
+        raise ToolkitError("pick at least one sparsity (none = quantize only)")
+    if not settings.bits:
+        raise ToolkitError("pick at least one bit width (none = no quantization)")
     protocol = forms.protocol_fields(settings.protocol)
     protocol["eval_data"] = protocol["eval_data"] or "wiki"  # a sweep always measures perplexity
-    base = RunConfig(model=forms.model_name(settings.model, settings.model_path), method=settings.methods[0],
+    # the base carries the model and protocol only: plan() sets each config's method and compression
+    base = RunConfig(model=forms.model_name(settings.model, settings.model_path), method="magnitude",
                      sparsity=Unstructured(0.5), **protocol, eval_dense=True, out_dir=runs_dir)
-    return plan(base, settings.methods, list(settings.sparsities))
+    quants = [None if bits == "none" else bits for bits in settings.bits]
+    return plan(base, settings.methods, list(settings.sparsities), quants)
 
 
 def table(points: list[SweepPoint]) -> list[list[Any]]:
@@ -75,8 +84,10 @@ def _view(points: list[SweepPoint], total: int, current: RunView, now: float, no
     failed = [f"{p.method} {p.sparsity}: {p.error}" for p in points if p.status == "failed"]
     lines = [head, *(f"⚠ {line}" for line in failed), *(f"skipped: {note}" for note in notes)]
     rows = [p.to_dict() for p in points]
+    dense = dense_reference(points)
     update = {"status": "\n\n".join(lines), "table": table(points),
-              "curve": viz.sweep_figure(rows, dense_ppl=dense_reference(points), revision="sweep")}
+              "curve": viz.sweep_figure(rows, dense_ppl=dense, revision="sweep"),
+              "bits_curve": viz_quant.bits_figure([p for p in rows if p["quant"]], dense_ppl=dense, revision="bits")}
     if any(math.isfinite(p.accuracy) for p in points):  # the sweep scored zero-shot tasks
         update["accuracy"] = viz.sweep_figure(rows, dense_ppl=dense_reference(points, "dense_accuracy"),
                                               title="mean zero-shot accuracy vs sparsity", revision="sweep-accuracy",
@@ -159,6 +170,8 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
                                        elem_id="sweep-methods")
             sparsities = gr.CheckboxGroup(list(forms.SWEEP_SPARSITIES), value=list(DEFAULT_SPARSITIES),
                                           label="Sparsities", elem_id="sweep-sparsities")
+            bits = gr.CheckboxGroup(list(forms.SWEEP_BITS), value=list(DEFAULT_BITS), elem_id="sweep-bits",
+                                    label="Bits (group 128; quantizing methods only)")
             with gr.Accordion("Calibration, evaluation, device", open=False):
                 protocol = protocol_controls(gr, evaluate_toggle=False, prefix="sweep")
             with gr.Row():
@@ -171,15 +184,18 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
                 curve = gr.Plot(viz.sweep_figure([]), show_label=False, elem_id="sweep-curve")
                 accuracy = gr.Plot(viz.sweep_figure([], title="mean zero-shot accuracy vs sparsity",
                                                     metric="accuracy"), show_label=False, elem_id="sweep-accuracy")
+            bits_curve = gr.Plot(viz_quant.bits_figure([]), show_label=False, elem_id="sweep-bits-curve")
             results = gr.Dataframe(headers=list(COLUMNS), value=[], interactive=False, label="Results",
                                    elem_id="sweep-table")
             csv = gr.File(label="Results as CSV", interactive=False, elem_id="sweep-csv")
-    outputs = {"status": status, "curve": curve, "accuracy": accuracy, "table": results, "csv": csv}
+    outputs = {"status": status, "curve": curve, "accuracy": accuracy, "bits_curve": bits_curve, "table": results,
+               "csv": csv}
 
     # gr is the gradio module, passed in (not a type to pyright); Gradio reads this annotation
     def handler(data: dict, request: gr.Request) -> Iterator[dict]:  # pyright: ignore[reportInvalidTypeForm]
         settings = SweepSettings(model=data[model], model_path=data[model_path], methods=list(data[methods] or []),
-                                 sparsities=list(data[sparsities] or []), protocol=protocol.read(data))
+                                 sparsities=list(data[sparsities] or []), bits=list(data[bits] or []),
+                                 protocol=protocol.read(data))
         for update in sweep_stream(settings, runs_dir=runs_dir, session=session_of(request)):
             notice = update.pop("notice", None)
             if notice:
@@ -195,7 +211,7 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
         job.finished.wait(20.0)
         return "**■ sweep cancelled**; finished points stay in the run store and are reused next time."
 
-    event = start.click(handler, inputs={model, model_path, methods, sparsities, *protocol.components},
+    event = start.click(handler, inputs={model, model_path, methods, sparsities, bits, *protocol.components},
                         outputs=list(outputs.values()), concurrency_limit=16, show_progress="hidden")
     stop.click(cancel, inputs=None, outputs=status, cancels=[event], concurrency_limit=None, show_progress="hidden")
     return outputs

@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from toolkit import viz
+from toolkit import viz, viz_quant
 from toolkit.live import RunView, format_seconds, progress_line
 
 FIGURES = ("heatmap", "layers", "solver", "lambda")
@@ -30,6 +30,8 @@ def figure(view: RunView, name: str) -> Any:
                                       height=viz.heatmap_height(view.num_layers))
     if name == "solver":
         return viz.convergence_figure(view.solver.steps, view.blocks.steps, revision=key, height=viz.LAMBDA_HEIGHT)
+    if not view.lambdas.steps and viz_quant.has_projection_trace(view.solver.steps):  # AWP: projection trace
+        return viz_quant.projection_figure(view.solver.steps, revision=key)
     return viz.lambda_figure(view.lambdas.steps, revision=key)
 
 

@@ -26,7 +26,7 @@ from toolkit.sparsity import NM, Structured
 
 ROOT = Path(__file__).resolve().parent.parent
 UI_FILES = [*sorted((ROOT / "app").glob("*.py")), *(ROOT / "toolkit" / f for f in (
-    "widgets.py", "viz.py", "viz_masks.py", "live.py", "live_eval.py", "compare.py"))]
+    "widgets.py", "viz.py", "viz_masks.py", "viz_quant.py", "live.py", "live_eval.py", "compare.py"))]
 QUICK = forms.Protocol(nsamples=4, seqlen=32, eval_seqlen=32, eval_windows=2, device="cpu")
 
 
@@ -47,7 +47,8 @@ def test_ui_never_imports_torch(path: Path) -> None:
 
 
 def test_figure_and_state_modules_load_without_torch() -> None:
-    code = "import sys, toolkit.live, toolkit.viz, toolkit.viz_masks, toolkit.compare; print('torch' in sys.modules)"
+    code = ("import sys, toolkit.live, toolkit.viz, toolkit.viz_masks, toolkit.viz_quant, toolkit.compare; "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -261,3 +262,16 @@ def test_replay_of_events_with_wrong_types_is_a_message(tmp_path: Path) -> None:
         handle.write(json.dumps(line) + "\n")
     view = runs_tab.replay_view(path.name, str(tmp_path))
     assert view["status"].startswith("**⚠") and "could not be replayed" in view["status"]
+
+
+def test_sweep_over_bits_draws_perplexity_against_bits_per_weight(tmp_path: Path) -> None:
+    sweep = sweep_tab.SweepSettings(model="tiny-llama", methods=["rtn", "wanda"], sparsities=["none", "50%"],
+                                    bits=["int4", "int3", "int2"], protocol=QUICK)
+    configs, skipped = sweep_tab.sweep_configs(sweep, str(tmp_path))
+    # rtn quantizes only; wanda only prunes, so every wanda (and every rtn 50%) triple is skipped with its reason
+    assert [c.quant.bits for c in configs] == [4, 3, 2] and len(skipped) == 9
+    final = drain(sweep_tab.sweep_stream(sweep, runs_dir=str(tmp_path), session="bits"))[-1]
+    assert "3 of 3 points" in final["status"]
+    (curve, dense) = final["bits_curve"].data
+    assert list(curve.text) == ["int2:g128", "int3:g128", "int4:g128"] and "dense" in dense.name
+    assert list(curve.x) == sorted(curve.x) and 2 < curve.x[0] < curve.x[-1] < 5

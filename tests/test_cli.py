@@ -67,6 +67,14 @@ def test_prune_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     (["--method", "magnitude", "--sparsity", "structured:30%", "--unit", "heads", "--model", "no-such-model"],
      "magnitude cannot remove --unit heads; its units: none"),
     (["--quant", "int5"], "use int2, int3, int4 or int8"),
+    (["--quant", "int1"], "use int2, int3, int4 or int8"),
+    (["--method", "awp", "--sparsity", "structured:30%", "--quant", "int4", "--model", "no-such-model"],
+     "awp supports unstructured (50%), n:m (2:4), not structured:30%"),
+    (["--method", "awp", "--sparsity", "3:7", "--quant", "int4"], "divisible by 7"),
+    (["--method", "awq", "--quant", "int4", "--save-model", "--model", "no-such-model"],
+     "awq results cannot be saved as a quantized checkpoint"),
+    # tiny-llama's 64- and 128-wide rows are not whole groups of 48: refused before any weight changes
+    (["--method", "rtn", "--quant", "int4:g48", "--save-model"], "not a multiple of the group size 48"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, argv: list[str], message: str) -> None:
     out = tmp_path / "runs"

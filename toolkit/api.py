@@ -80,6 +80,10 @@ class RunConfig:
         for name in ("sparsity", "quant", "unit"):  # frozen: store the parsed objects
             object.__setattr__(self, name, getattr(compression, name))
         spec.check(compression)
+        if self.save_model and self.quant is not None and not spec.saves_quant:
+            raise ToolkitError(f"{spec.name} results cannot be saved as a quantized checkpoint: its weight "
+                               "Q(W·diag s)/s needs 1/s folded into the preceding op, which a per-linear solve "
+                               "cannot do; drop --save-model or quantize with rtn, gptq or awp")
         spec.make_config(self.options)
         if self.nsamples < 1 or self.seqlen < 2 or self.eval_seqlen < 2:
             raise ToolkitError("nsamples must be ≥ 1 and seqlen, eval-seqlen ≥ 2")
@@ -164,6 +168,7 @@ def list_methods() -> list[dict[str, Any]]:
         {"name": spec.name, "summary": spec.summary, "options": spec.describe_options(),
          "patterns": [TARGET_KINDS[t] for t in spec.targets if t in TARGET_KINDS],
          "scope": spec.scope.value, "produces": sorted(p.value for p in spec.produces),
+         "saves_quant": spec.saves_quant,
          "units": [u.value for u in spec.units],
          "defaults": {"sequential": spec.sequential, "propagate": spec.propagate}}
         for spec in METHODS.values()

@@ -136,12 +136,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _prune(args: argparse.Namespace) -> int:
     from toolkit.api import RunConfig, prune_model
     from toolkit.cli_view import ProgressView, layer_table
+    from toolkit.methods import get_method
     from toolkit.spec import parse_compression
     from toolkit.zeroshot_tasks import parse_task_names
 
     eval_data = None if args.eval.lower() == "none" else args.eval
     sparsity = args.sparsity if args.sparsity is not None or args.quant is not None else "50%"
     compression = parse_compression(sparsity, args.quant, args.unit)  # parsed once, here at the edge
+    # --out saves the model too, except a quantization whose states no checkpoint format holds (AWQ)
+    unsavable = compression.quant is not None and not get_method(args.method).saves_quant
+    save_model = args.save_model or (args.out is not None and not unsavable)
     config = RunConfig(
         model=args.model, method=args.method, sparsity=compression.sparsity, quant=compression.quant,
         unit=compression.unit, options=_parse_set(args.set),
@@ -149,7 +153,7 @@ def _prune(args: argparse.Namespace) -> int:
         eval_seqlen=args.eval_seqlen, eval_windows=_windows(args.eval_windows), eval_dense=args.eval_dense,
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
         fused=args.fused, error_windows=args.error_windows, devices=args.devices,
-        out_dir=args.out or "runs", save_model=args.save_model or args.out is not None,
+        out_dir=args.out or "runs", save_model=save_model,
         tasks=tuple(parse_task_names(args.tasks)) if args.tasks is not None else (), task_limit=args.task_limit,
         task_data=args.task_data, generate=args.generate,
     )
@@ -160,6 +164,9 @@ def _prune(args: argparse.Namespace) -> int:
         view.close()
     print(layer_table(result))
     _summary(result)
+    if args.out is not None and not save_model:
+        print(f"note: no checkpoint saved: {args.method} states need their input scale folded into the "
+              "preceding op, which pack-quantized cannot hold (the run record has the codes and scales)")
     if args.json:
         _write_json(args.json, result)
     return _report_extras(result)
@@ -189,11 +196,25 @@ def _summary(result: dict[str, Any]) -> None:
     on_disk = f"  checkpoint {acct['checkpoint_bytes'] / 2**20:.2f} MiB on disk" if acct["checkpoint_bytes"] else ""
     print(f"linear weights {acct['params_before']:,} → {acct['params_after']:,}  kept {acct['nonzeros_kept']:,}  "
           f"{acct['bits_per_weight']:.3f} bits/weight  estimated {acct['estimated_bytes'] / 2**20:.2f} MiB{on_disk}")
+    _checkpoint_summary(result.get("checkpoint"))
     for name, value in result["dense_ppl"].items():
         print(f"dense  ppl ({name}): {value:.3f}")
     for name, value in result["ppl"].items():
         print(f"pruned ppl ({name}): {value:.3f}")
     print(f"run record: {result['run_dir']}")
+
+
+def _checkpoint_summary(checkpoint: dict[str, Any] | None) -> None:
+    """The saved checkpoint's format, size and bits per weight (quantized runs), and what it keeps."""
+    if not checkpoint or checkpoint.get("format") == "dense":
+        return
+    c = checkpoint
+    print(f"checkpoint {c['format']} (compressed-tensors {c['compressed_tensors']}): {c['bytes'] / 2**20:.2f} MiB "
+          f"on disk, weights {c['size_vs_dense_bf16']:.3f} × the dense bf16 {c['dense_bf16_bytes'] / 2**20:.2f} MiB; "
+          f"{c['quantized_linears']} quantized linears at {c['bits_per_weight']:.3f} bits/weight "
+          "(codes, scales and zero points as stored)")
+    if "sparse_note" in checkpoint:
+        print(f"note: {checkpoint['sparse_note']}")
 
 
 def _eval(args: argparse.Namespace) -> int:

@@ -9,9 +9,11 @@ outside the decoder layers and are never pruned.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import socket
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -117,11 +119,31 @@ def _load_dir(path: Path, trust_remote_code: bool) -> LoadedModel:
 
     from toolkit.shrunk import is_shrunk, load_shrunk  # heads/channels removed per layer (structured pruning)
 
-    model = load_shrunk(path) if is_shrunk(path) else AutoModelForCausalLM.from_pretrained(
-        path, use_safetensors=True, dtype=torch.float32, trust_remote_code=trust_remote_code
-    )
+    packed = _compressed_tensors(path)
+    extra: dict[str, Any] = {}
+    if packed:
+        from transformers import CompressedTensorsConfig
+
+        # dequantized at load: plain float32 Linears, so every forward path (the evaluation calls the base
+        # model, which skips the lazy decompression hook of the causal-LM wrapper) sees the same weights
+        extra["quantization_config"] = CompressedTensorsConfig(dequantize=True)
+    with warnings.catch_warnings():  # transformers warns that only `dequantize` of our config is used: intended
+        warnings.filterwarnings("ignore", message="You passed `quantization_config`")
+        model = load_shrunk(path) if is_shrunk(path) else AutoModelForCausalLM.from_pretrained(
+            path, use_safetensors=True, dtype=torch.float32, trust_remote_code=trust_remote_code, **extra
+        )
     codec = ByteCodec() if (path / BYTES_MARKER).exists() else HFCodec(AutoTokenizer.from_pretrained(path))
-    return LoadedModel(model, codec, str(path), f"local checkpoint {path}", path)
+    label = f"local checkpoint {path}" + (f" ({packed}, dequantized)" if packed else "")
+    return LoadedModel(model, codec, str(path), label, path)
+
+
+def _compressed_tensors(path: Path) -> str:
+    """The compressed-tensors format of the checkpoint in ``path`` (e.g. ``pack-quantized``), or ""."""
+    config = path / "config.json"
+    if not config.is_file():
+        return ""
+    quant = json.loads(config.read_text()).get("quantization_config") or {}
+    return str(quant.get("format", "")) if quant.get("quant_method") == "compressed-tensors" else ""
 
 
 def _load_gguf(path: Path) -> LoadedModel:

@@ -23,6 +23,7 @@ from toolkit.methods.base import Scope
 from toolkit.models import LoadedModel, decoder_layers, load_model
 from toolkit.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl, versions
 from toolkit.quant import QuantState
+from toolkit.quant_checkpoint import StateCollector, check_savable, save_run_checkpoint
 from toolkit.run_evals import (
     DenseEvals,
     ProgressEvents,
@@ -99,6 +100,8 @@ def prepare(config: Any) -> Prepared:
     loaded = load_model(config.model)
     check_context(loaded, config.seqlen, config.eval_seqlen if config.eval_data else None)
     linears = check_targets(loaded.model, spec, config.compression)
+    if config.save_model and config.quant is not None:
+        check_savable(loaded.model, config.quant)
     bos = bos_id(loaded)
     calib = CalibSpec(config.calib, config.nsamples, config.seqlen, config.seed)
     calibration = calibration_windows(load_tokens(config.calib, "train", loaded.codec), calib, bos)
@@ -135,11 +138,21 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
     dense_ppl = _dense_eval(config, run, record, ticks)
     dense = _dense_extras(config, run, record, ticks)
     before = linear_shapes(model)
+    collected = StateCollector() if config.save_model and config.quant is not None else None
+
+    def on_mask(layer: int, name: str, keep: torch.Tensor) -> None:
+        writer.mask(layer, name, keep.numpy())
+        if collected is not None:
+            collected.mask(layer, name, keep)
+
+    def on_quant(layer: int, name: str, state: QuantState) -> None:
+        writer.quant(layer, name, stored_quant(state))
+        if collected is not None:
+            collected.quant(layer, name, state)
+
     result = prune_layers(model, run.calibration, run.spec, config.compression, run.method_cfg,
                           cfg=run.engine_cfg, emit=record, cancelled=ticks.cancelled,
-                          on_mask=lambda layer, name, keep: writer.mask(layer, name, keep.numpy()),
-                          on_quant=lambda layer, name, state: writer.quant(layer, name, stored_quant(state)),
-                          on_structure=writer.structure)
+                          on_mask=on_mask, on_quant=on_quant, on_structure=writer.structure)
     ppl: dict[str, float] = {}
     if run.test is not None:
         ppl[config.eval_data] = _eval(run.loaded, run.test, run.device, ticks.callback("pruned", "perplexity"),
@@ -147,12 +160,11 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
         record(EvalPoint(dataset=config.eval_data, which="pruned", ppl=ppl[config.eval_data],
                          seq_len=config.eval_seqlen, windows=int(run.test.shape[0]), tokens=int(run.test.numel())))
     accounting = account(model, before, result.kept, result.quant)
-    if config.save_model:
-        save = save_shrunk if run.spec.scope is Scope.BLOCK else save_checkpoint  # per-layer shapes need their file
-        saved = save(model, run.loaded.codec, writer.path / "model")
-        accounting = dataclasses.replace(accounting, checkpoint_bytes=folder_bytes(saved))
+    checkpoint = _save(config, run, writer, collected)
+    if checkpoint is not None:
+        accounting = dataclasses.replace(accounting, checkpoint_bytes=int(checkpoint["bytes"]))
     summary = _result(config, run, result, accounting, ppl, dense_ppl)
-    summary.update(run_id=writer.run_id, run_dir=str(writer.path))
+    summary.update(run_id=writer.run_id, run_dir=str(writer.path), checkpoint=checkpoint)
     writer.write_result(summary)
     summary.update(_pruned_extras(config, run, record, ticks, dense))
     record(RunFinished(achieved_sparsity=accounting.sparsity, prune_seconds=result.seconds, ppl=ppl,
@@ -162,6 +174,22 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
                        checkpoint_bytes=accounting.checkpoint_bytes))
     writer.finish(summary)
     return summary
+
+
+def _save(config: Any, run: Prepared, writer: RunWriter, collected: StateCollector | None) -> dict[str, Any] | None:
+    """Save the model into the run's ``model/`` folder (with --save-model); returns the checkpoint report.
+
+    Quantized runs are written as compressed-tensors pack-quantized (:mod:`toolkit.quant_checkpoint`),
+    block-scope runs with their per-layer shapes, the others as a plain checkpoint.
+    """
+    if not config.save_model:
+        return None
+    model, codec, folder = run.loaded.model, run.loaded.codec, writer.path / "model"
+    if collected is not None:
+        return save_run_checkpoint(model, codec, folder, collected)
+    save = save_shrunk if run.spec.scope is Scope.BLOCK else save_checkpoint  # per-layer shapes need their file
+    saved = save(model, codec, folder)
+    return {"folder": str(saved), "format": "dense", "bytes": folder_bytes(saved)}
 
 
 def stored_quant(state: QuantState) -> StoredQuant:

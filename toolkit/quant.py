@@ -12,6 +12,10 @@ Asymmetric min-max grid (the default; AWQ's ``pseudo_quantize_tensor`` with zero
     q = clamp(round(w / s) + z, 0, qmax)                 # integer code
     ŵ = (q − z) · s
 
+A constant group (max − min < 1e-5, such as a one-column remainder group) spans
+[min(min w_g, 0), max(max w_g, 0)] instead, so its value lies on the grid (AWQ's clamp alone would
+round a constant 0.5 to 1e-5).
+
 Symmetric grid (GPTQ's ``sym=True``): s = 2·max|w_g| / qmax, z = (qmax + 1) / 2.
 
 A :class:`QuantState` holds the codes, scales and zero points; the dequantized weight is derived
@@ -94,6 +98,10 @@ def grid(W: Tensor, spec: QuantSpec) -> tuple[Tensor, Tensor]:
         zeros = torch.full_like(scales, (qmax + 1) / 2)
         return scales, zeros
     hi, lo = Wg.amax(dim=2), Wg.amin(dim=2)
+    # a constant group (e.g. a one-column remainder group) would get a 1e-5 range that misses its value:
+    # span [min(lo, 0), max(hi, 0)] instead, which puts the value on the grid (groups wider than 1e-5 unchanged)
+    flat = (hi - lo) < MIN_SCALE
+    hi, lo = torch.where(flat, hi.clamp(min=0), hi), torch.where(flat, lo.clamp(max=0), lo)
     scales = (hi - lo).clamp(min=MIN_SCALE) / qmax
     zeros = torch.clamp(-torch.round(lo / scales), 0, qmax)
     return scales, zeros

@@ -1,7 +1,7 @@
-"""Sweeps: methods × sparsities on one model and protocol, reusing runs already in the store.
+"""Sweeps: methods × sparsities × bit widths on one model and protocol, reusing runs already in the store.
 
-:func:`plan` turns a base :class:`~toolkit.api.RunConfig` into one config per (method, sparsity)
-the method supports; :func:`run_sweep` runs them in order, yielding each run's live events and a
+:func:`plan` turns a base :class:`~toolkit.api.RunConfig` into one config per (method, sparsity,
+grid) the method supports; :func:`run_sweep` runs them in order, yielding each run's live events and a
 :class:`SweepPoint` when a run ends. A config whose experiment is already in the run store
 (:func:`toolkit.api.find_finished` on :meth:`RunConfig.reuse_key`) is reused, not recomputed.
 """
@@ -21,10 +21,10 @@ from toolkit.errors import ToolkitError
 from toolkit.events import Event, RunFailed, RunFinished, RunStarted
 from toolkit.methods import get_method
 from toolkit.sparsity import Target, parse_sparsity
-from toolkit.spec import target_kind
+from toolkit.spec import QuantSpec, parse_quant, target_kind
 
 COLUMNS = ("method", "sparsity", "achieved_sparsity", "ppl", "dense_ppl", "prune_seconds", "status", "reused", "run_id",
-           "pattern", "accuracy", "dense_accuracy")
+           "pattern", "quant", "bits_per_weight", "accuracy", "dense_accuracy")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ class SweepPoint:
     reused: bool = False
     run_id: str = ""
     error: str = ""
+    quant: str = ""  # the grid's label (int4:g128), "" when not quantized
+    bits_per_weight: float = math.nan  # storage bits per linear weight, scales and zero points counted
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (the figure builders and the CSV take these)."""
@@ -56,39 +58,48 @@ class SweepPoint:
 
 
 def plan(
-    base: RunConfig, methods: Sequence[str], sparsities: Sequence[str | Target]
+    base: RunConfig, methods: Sequence[str], sparsities: Sequence[str | Target | None],
+    quants: Sequence[str | QuantSpec | None] = (None,),
 ) -> tuple[list[RunConfig], list[str]]:
-    """Configs for every (method, sparsity) pair a method supports, and a note for each one skipped.
+    """Configs for every (method, sparsity, grid) a method supports, and a note for each one skipped.
 
-    ``sparsities`` are targets or the user's text (parsed once, here). Every config keeps the base's
-    quantization and unit and measures the dense perplexity too (``eval_dense``; cached after the
-    first). Raises :class:`ToolkitError` when no pair is left or the base has no evaluation.
+    ``sparsities`` are targets, the user's text (parsed once, here) or None/"none" (quantize only);
+    ``quants`` are grids (``int4``, ``int3:g64``) or None (no quantization): sweeping bits at a fixed
+    method gives the perplexity vs bits-per-weight curve. Every config measures the dense perplexity
+    too (``eval_dense``; cached after the first). Raises :class:`ToolkitError` when no triple is
+    left or the base has no evaluation.
     """
     if base.eval_data is None:
         raise ToolkitError("a sweep needs evaluation on: it plots perplexity")
-    targets = [parse_sparsity(s) for s in sparsities]
+    targets = [None if s is None or s == "none" else parse_sparsity(s) for s in sparsities]
+    grids = [parse_quant(q) for q in quants]
     configs, skipped = [], []
     for method in methods:
         get_method(method)  # an unknown name is the user's mistake, not a pair to skip
         for target in targets:
-            try:
-                configs.append(dataclasses.replace(base, method=method, sparsity=target, eval_dense=True))
-            except ToolkitError as exc:  # the method cannot meet this spec: say so, sweep the rest
-                skipped.append(f"{method} {target}: {exc}")
+            for grid in grids:
+                try:
+                    configs.append(dataclasses.replace(base, method=method, sparsity=target, quant=grid,
+                                                       eval_dense=True))
+                except ToolkitError as exc:  # the method cannot meet this spec: say so, sweep the rest
+                    label = "+".join(str(x) for x in (target, grid) if x is not None) or "nothing"
+                    skipped.append(f"{method} {label}: {exc}")
     if not configs:
-        raise ToolkitError("nothing to sweep: pick at least one method and one sparsity it supports")
+        raise ToolkitError("nothing to sweep: pick at least one method and one sparsity or bit width it supports")
     return configs, skipped
 
 
 class _Labels(TypedDict):
     sparsity: str
     pattern: str
+    quant: str
 
 
 def _labels(config: RunConfig) -> _Labels:
     """``sparsity`` (the compression's label) and ``pattern`` of a config's point."""
     pattern = "none" if config.sparsity is None else target_kind(config.sparsity)
-    return {"sparsity": config.compression.label, "pattern": pattern}
+    return {"sparsity": config.compression.label, "pattern": pattern,
+            "quant": "" if config.quant is None else config.quant.label}
 
 
 def point_from_result(config: RunConfig, result: dict[str, Any], *, reused: bool) -> SweepPoint:
@@ -99,7 +110,8 @@ def point_from_result(config: RunConfig, result: dict[str, Any], *, reused: bool
                       achieved_sparsity=_num(result.get("achieved_sparsity")), ppl=_num(ppl.get(data)),
                       dense_ppl=_num(dense.get(data)), **mean_accuracy(result),
                       prune_seconds=_num(result.get("prune_seconds")), reused=reused,
-                      run_id=str(result.get("run_id", "")))
+                      run_id=str(result.get("run_id", "")),
+                      bits_per_weight=_num((result.get("accounting") or {}).get("bits_per_weight")))
 
 
 class _Accuracy(TypedDict):
@@ -165,7 +177,8 @@ def _run_one(config: RunConfig, cancel: CancelToken) -> Iterator[Event]:
         stored = open_run(Path(config.out_dir) / run_id).result if config.tasks else None
         return SweepPoint(method=config.method, **_labels(config), achieved_sparsity=finished.achieved_sparsity,
                           ppl=_num(finished.ppl.get(data)), dense_ppl=_num(finished.dense_ppl.get(data)),
-                          **mean_accuracy(stored or {}), prune_seconds=finished.prune_seconds, run_id=run_id)
+                          **mean_accuracy(stored or {}), prune_seconds=finished.prune_seconds, run_id=run_id,
+                          bits_per_weight=_num(finished.bits_per_weight))
     status = "cancelled" if failed is not None and failed.cancelled else "failed"
     return SweepPoint(method=config.method, **_labels(config), status=status, run_id=run_id,
                       error=failed.error if failed is not None else "the run ended without a result")
@@ -205,8 +218,10 @@ def stored_points(records: Sequence[Any], model: str | None = None) -> list[Swee
         compression = record.compression
         sparsity = compression.get("sparsity")
         pattern = sparsity.get("kind", "unknown") if isinstance(sparsity, dict) else "none"
+        quant = compression.get("quant")
         points.append(SweepPoint(method=str(config.get("method")), sparsity=str(compression.get("label")),
-                                 pattern=pattern,
+                                 pattern=pattern, quant=str(quant.get("label", "")) if isinstance(quant, dict) else "",
+                                 bits_per_weight=_num((result.get("accounting") or {}).get("bits_per_weight")),
                                  achieved_sparsity=_num(result.get("achieved_sparsity")), ppl=_num(ppl.get(data)),
                                  dense_ppl=_num(dense.get(data)), **mean_accuracy(result),
                                  prune_seconds=_num(result.get("prune_seconds")), reused=True, run_id=record.run_id))

@@ -176,9 +176,10 @@ def error_heatmap(
 
 
 def _cell_text(event: SublayerPruned) -> str:
-    """Hover text of a heat-map cell: the sparsity (from the keep-mask) and, when quantized, the bits."""
-    bits = _float(getattr(event, "bits", math.nan))
-    return f"sparsity {_float(event.sparsity):.3f}" + (f" · {bits:.2f} bits/weight" if math.isfinite(bits) else "")
+    """Hover text of a heat-map cell: the sparsity (from the keep-mask); when quantized, bits and weight error."""
+    bits, quant_error = _float(getattr(event, "bits", math.nan)), _float(getattr(event, "quant_rel_error", math.nan))
+    text = f"sparsity {_float(event.sparsity):.3f}" + (f" · {bits:.2f} bits/weight" if math.isfinite(bits) else "")
+    return text + (f"<br>quantization error ‖Ŵ − W‖/‖W‖ (kept) {quant_error:.4f}" if math.isfinite(quant_error) else "")
 
 
 def layer_error_figure(done: Sequence[LayerDone], *, num_layers: int = 0, revision: Any = None,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkit import compare, viz, viz_masks
+from toolkit import compare, viz, viz_masks, viz_quant
 from toolkit.api import CancelToken, RunConfig, list_methods, list_runs, open_run, run
 from toolkit.errors import ToolkitError
 from toolkit.live import RunView, format_seconds, progress_line
@@ -37,6 +37,8 @@ def _figure(view: RunView, name: str) -> Any:
         return viz.layer_error_figure(view.layers_done, num_layers=view.num_layers, revision=key)
     if name == "solver":
         return viz.convergence_figure(view.solver.steps, view.blocks.steps, revision=key)
+    if not view.lambdas.steps and viz_quant.has_projection_trace(view.solver.steps):  # AWP: projection trace
+        return viz_quant.projection_figure(view.solver.steps, revision=key)
     return viz.lambda_figure(view.lambdas.steps, revision=key)
 
 

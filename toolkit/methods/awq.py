@@ -200,4 +200,5 @@ SPEC = MethodSpec(
     targets=(),
     summary="activation-aware input scaling and clipping search, then round-to-nearest (AWQ)",
     produces=frozenset({Produces.QUANT}),
+    saves_quant=False,
 )

@@ -140,6 +140,9 @@ class MethodSpec:
     scope: Scope = Scope.LINEAR
     produces: frozenset[Produces] = frozenset({Produces.MASK})
     units: tuple[Unit, ...] = ()  # structural units a block-scope method removes
+    # False when its quantization states cannot be saved as pack-quantized (AWQ: Ŵ = Q(W·diag s)/s needs
+    # 1/s folded into the preceding op, which a per-linear solve cannot do; see toolkit.methods.awq)
+    saves_quant: bool = True
 
     def supports(self, target: Target) -> bool:
         """True if the method can meet this kind of sparsity target."""

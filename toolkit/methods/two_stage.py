@@ -86,6 +86,7 @@ WANDA_AWQ = MethodSpec(
     targets=(Unstructured, NM),
     summary="prune with Wanda, then quantize the pruned weight with AWQ (AWP paper, Tables 4-5)",
     produces=frozenset({Produces.MASK, Produces.QUANT}),
+    saves_quant=False,
 )
 
 AWQ_WANDA = MethodSpec(
@@ -96,4 +97,5 @@ AWQ_WANDA = MethodSpec(
     targets=(Unstructured, NM),
     summary="quantize with AWQ, then prune the quantized weight with Wanda (AWP paper, Tables 4-5)",
     produces=frozenset({Produces.MASK, Produces.QUANT}),
+    saves_quant=False,
 )
