@@ -85,7 +85,7 @@ def test_event_sequence_and_json_round_trip() -> None:
         assert modules in (3, 4, 7)  # MLP (gate, up, down), attention (q, k, v, o) or both
         assert block == [LayerStarted] + [SublayerPruned] * modules + [UnitsRemoved] * 3 + [LayerDone]
     assert len(result.layers) == rest.count(SublayerPruned) > 0
-    assert sum(isinstance(e, SolverStep) for e in events) == 2 * 2 * 3  # layers × (o, down) × steps
+    assert sum(isinstance(e, SolverStep) for e in events) == 2 * 2 * (1 + 3)  # layers × (o, down) × (z₀ + steps)
     for event in events:
         assert event_from_dict(event.to_dict()) == event or isinstance(event, GlobalRanking)
     assert structures == [result.structure] and result.achieved_sparsity == pytest.approx(0.3, abs=0.03)

@@ -51,6 +51,7 @@ class Allocation:
     ranked: Tensor  # every candidate's ranking score, ascending
     removed_cost: int
     total_cost: int
+    ranked_kind: Tensor | None = None  # KINDS index (0 heads, 1 channels) of each entry of ``ranked``
 
     @property
     def achieved_ratio(self) -> float:
@@ -160,8 +161,9 @@ def allocate(layers: list[LayerCandidates], ratio: float, unit: Unit, cfg: Block
     removed_cost = sum(int((~mask).sum()) * (layer.head_cost if kind == "heads" else layer.channel_cost)
                        for kind in KINDS for mask, layer in zip(keep[kind], layers, strict=True) if mask is not None)
     threshold = float(pool.score[removed].max()) if len(removed) else float("-inf")
-    return Allocation(keep["heads"], keep["channels"], threshold, torch.sort(pool.score).values,
-                      removed_cost, int(pool.cost.sum()))
+    order = torch.argsort(pool.score, stable=True)
+    return Allocation(keep["heads"], keep["channels"], threshold, pool.score[order],
+                      removed_cost, int(pool.cost.sum()), pool.kind[order])
 
 
 def _uniform(layers: list[LayerCandidates], pool: _Pool, removed: Tensor, keep: dict, cfg: BlockConfig,
