@@ -14,10 +14,10 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from toolkit import viz
+from toolkit import viz, viz_structure
 from toolkit.live import RunView, format_seconds, progress_line
 
-FIGURES = ("heatmap", "layers", "solver", "lambda")
+FIGURES = ("heatmap", "layers", "solver", "lambda", "ranking", "kept")
 
 
 def figure(view: RunView, name: str) -> Any:
@@ -28,8 +28,14 @@ def figure(view: RunView, name: str) -> Any:
     if name == "layers":
         return viz.layer_error_figure(view.layers_done, num_layers=view.num_layers, revision=key,
                                       height=viz.heatmap_height(view.num_layers))
+    if name == "solver" and view.structure.newton:  # a structured run: the Newton trace of every layer
+        return viz_structure.newton_figure(view.structure.newton, revision=key, height=viz.LAMBDA_HEIGHT)
     if name == "solver":
         return viz.convergence_figure(view.solver.steps, view.blocks.steps, revision=key, height=viz.LAMBDA_HEIGHT)
+    if name == "ranking":
+        return viz_structure.ranking_figure(view.structure.ranking, revision=key)
+    if name == "kept":
+        return viz_structure.kept_map_figure(view.structure.kept, revision=key)
     return viz.lambda_figure(view.lambdas.steps, revision=key)
 
 
@@ -112,8 +118,8 @@ def render(view: RunView, now: float, sent: dict[str, int] | None = None,
     """Output values for the sections changed since revisions ``sent``; returns them and the new revisions.
 
     ``sent=None`` renders everything; only the figures named in ``figures`` are drawn (the
-    others stay stale for a later call). Keys: status, heatmap, layers, solver, lambda, warnings,
-    result.
+    others stay stale for a later call). Keys: status, heatmap, layers, solver, lambda, ranking,
+    kept, warnings, result.
     """
     revisions = dict(view.revision)
     out: dict[str, Any] = {"status": status_markdown(view, now)}

@@ -26,7 +26,8 @@ from toolkit.sparsity import NM, Structured
 
 ROOT = Path(__file__).resolve().parent.parent
 UI_FILES = [*sorted((ROOT / "app").glob("*.py")), *(ROOT / "toolkit" / f for f in (
-    "widgets.py", "viz.py", "viz_masks.py", "live.py", "compare.py"))]
+    "widgets.py", "viz.py", "viz_masks.py", "viz_structure.py", "live.py", "live_structure.py", "compare.py",
+    "compare_structure.py"))]
 QUICK = forms.Protocol(nsamples=4, seqlen=32, eval_seqlen=32, eval_windows=2, device="cpu")
 
 

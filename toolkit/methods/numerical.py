@@ -15,10 +15,10 @@ Hessian H = A + λ11ᵀ. f is an exact quadratic, so Newton lands on the minimis
 ``score_solver=closed_form`` (default) evaluates this; ``newton`` runs Algorithm 1 literally
 (``newton_steps`` steps from z₀ = (1−ρ)1); they agree (tested). Either way every output projection
 emits :class:`SolverStep` s with f(z): step 0 at z₀, then step 1 at z* (closed form: the one exact
-Newton step) or one per iteration (newton). Here XᵀX is the mean Gram G = Σxxᵀ/N (the paper's unstated "normalization"; it only
-rescales λ) and A gets ``score_damp``·mean(diag A) on its diagonal (not in the paper: A is
-singular for dead channels or few tokens). A head's score is the mean of its Dh channel scores
-(Eq. 8; over the whole KV group with ``gqa=groups``); MLP channels keep their own score.
+Newton step) or one per iteration (newton). Here XᵀX is the mean Gram G = Σxxᵀ/N (the paper's
+unstated "normalization"; it only rescales λ) and A gets ``score_damp``·mean(diag A) on its diagonal
+(not in the paper: A is singular for dead channels or few tokens). A head's score is the mean of
+its Dh channel scores (Eq. 8; over the whole KV group with ``gqa=groups``); MLP channels keep their own score.
 Comparison group: all heads and channels of all layers (one global ranking, :mod:`toolkit.plan`).
 """
 
