@@ -74,7 +74,7 @@ def test_newton_figure_one_line_per_layer_and_projection() -> None:
 def test_ranking_figure_colours_heads_and_channels_and_draws_the_threshold() -> None:
     fig = viz_structure.ranking_figure(_ranking())
     go.Figure(fig.to_dict())
-    heads, channels = fig.data
+    channels, heads = fig.data  # heads drawn last, on top of the many channels
     assert list(heads.x) == [1, 5] and list(heads.y) == [0.3, 0.9]
     assert list(channels.x) == [0, 2, 3, 4] and heads.marker.color != channels.marker.color
     (line,) = fig.layout.shapes
@@ -96,7 +96,7 @@ def test_kept_map_figure_shows_kept_units_per_layer() -> None:
     assert np.asarray(channels.z).shape == (2, 128)  # 256 channels in bins of 2
     assert np.asarray(channels.z)[0, :100].min() == 1 and np.asarray(channels.z)[1].max() == 0
     captions = [a.text for a in fig.layout.annotations]
-    assert captions == ["heads: 4 of 6 kept", "channels: bins of 2, 200 of 512 kept"]
+    assert captions == ["heads (by index): 4 of 6 kept", "channels (by index): bins of 2, 200 of 512 kept"]
     side = viz_structure.kept_compare_figure({"A": kept, "B": {"heads": kept["heads"]}})
     assert len(side.data) == 4 and side.layout.xaxis.domain[1] < side.layout.xaxis2.domain[0]
     assert "no kept units" in viz_structure.kept_map_figure({}).layout.annotations[0].text
@@ -143,7 +143,7 @@ def test_replay_of_a_structured_run_draws_newton_ranking_and_kept(structured_run
     ranking = structure.ranking
     assert ranking is not None and ranking.heads_removed + ranking.channels_removed > 0
     assert len(view["ranking"].data) == 2 and view["ranking"].layout.shapes[0].y0 == ranking.threshold
-    removed_below = [v for v in view["ranking"].data[0].y if v <= ranking.threshold]
+    removed_below = [v for v in view["ranking"].data[1].y if v <= ranking.threshold]
     assert len(removed_below) >= ranking.heads_removed  # every removed head unit lies at or under η
     layers = numerical.structure()[0]["layers"]
     assert len(view["solver"].data) == 2 * len(layers)  # o_proj and down_proj of every layer

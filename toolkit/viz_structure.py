@@ -71,16 +71,17 @@ def ranking_figure(ranking: GlobalRanking | None, *, revision: Any = None, heigh
         return note_figure(title, "no ranking yet: " + NOT_STRUCTURED, height, revision)
     data = []
     if ranking.head_ranks or ranking.channel_ranks:
-        kinds = (("heads", ranking.head_ranks, ranking.head_values, "head units"),
-                 ("channels", ranking.channel_ranks, ranking.channel_values, "channels (evenly spaced sample)"))
-        for kind, ranks, values, label in kinds:
+        kinds = (("channels", ranking.channel_ranks, ranking.channel_values, "channels (evenly spaced sample)", 5),
+                 ("heads", ranking.head_ranks, ranking.head_values, "head units", 9))  # the few heads drawn on top
+        for kind, ranks, values, label, size in kinds:
             if ranks:
-                data.append(_ranking_trace(label, ranks, values, KIND_COLORS[kind]))
+                data.append(_ranking_trace(label, ranks, values, KIND_COLORS[kind], size))
     else:  # a run recorded before the kinds were: the subsample without colours
         candidates = ranking.heads_total + ranking.channels_total
         spread = np.linspace(0, max(candidates - 1, 0), len(ranking.scores)).round().tolist()
-        data.append(_ranking_trace("all units (sample)", spread, ranking.scores, "#888"))
+        data.append(_ranking_trace("all units (sample)", spread, ranking.scores, "#888", 5))
     layout = base_layout(_ranking_title(ranking), height, revision, legend={"orientation": "h", "y": -0.25},
+                         margin={"l": 60, "r": 20, "t": 64, "b": 44},
                          xaxis={"title": {"text": "position in the ascending ranking"}},
                          yaxis={"title": {"text": f"ranking score ({ranking.allocation})"}})
     if math.isfinite(ranking.threshold):
@@ -92,9 +93,10 @@ def ranking_figure(ranking: GlobalRanking | None, *, revision: Any = None, heigh
     return figure(data, layout)
 
 
-def _ranking_trace(label: str, ranks: Sequence[float], values: Sequence[float], color: str) -> dict[str, Any]:
+def _ranking_trace(label: str, ranks: Sequence[float], values: Sequence[float], color: str,
+                   size: int) -> dict[str, Any]:
     return {"type": "scatter", "mode": "markers", "name": label, "x": list(ranks), "y": gaps(values),
-            "marker": {"size": 5, "color": color},
+            "marker": {"size": size, "color": color, "line": {"color": "white", "width": 0.5}},
             "hovertemplate": f"{label}<br>position %{{x}}<br>score %{{y:.4g}}<extra></extra>"}
 
 
@@ -102,8 +104,8 @@ def _ranking_title(ranking: GlobalRanking) -> str:
     parts = [f"removed {ranking.heads_removed} of {ranking.heads_total} heads"] if ranking.heads_total else []
     if ranking.channels_total:
         parts.append(f"{ranking.channels_removed} of {ranking.channels_total} channels")
-    return (f"global ranking · {', '.join(parts)} · {ranking.achieved_ratio:.1%} of the parameters "
-            f"(asked {ranking.ratio:.0%})")
+    return (f"global ranking of heads and channels<br>{', '.join(parts)} · {ranking.achieved_ratio:.1%} "
+            f"of their parameters (asked {ranking.ratio:.0%})")
 
 
 def kept_map_figure(kept: Mapping[str, Mapping[int, str]], *, title: str = "kept units per layer (dark = kept)",
@@ -120,7 +122,7 @@ def kept_compare_figure(runs: Mapping[str, Mapping[str, Mapping[int, str]]], *,
     if not kinds:
         return note_figure(title, "no kept units yet: " + NOT_STRUCTURED, height or HEIGHT, revision)
     layers = max(len(kept.get(kind, {})) for kept in runs.values() for kind in kinds)
-    height = height or max(HEIGHT, len(kinds) * (70 + 8 * layers) + 60)
+    height = height or max(HEIGHT + 40, len(kinds) * (70 + 8 * layers) + 80)
     columns, rows = side_by_side(len(runs), 0.06), _rows(len(kinds))
     data: list[dict[str, Any]] = []
     layout = base_layout(title, height, revision, margin={"l": 60, "r": 20, "t": 70, "b": 40})
@@ -131,19 +133,18 @@ def kept_compare_figure(runs: Mapping[str, Mapping[str, Mapping[int, str]]], *,
             suffix = str(axis) if axis > 1 else ""
             trace, caption = _kept_image(kept.get(kind, {}), kind, suffix)
             data.append(trace)
-            layout[f"xaxis{suffix}"] = {"domain": columns[c], "anchor": f"y{suffix}",
-                                        "title": {"text": f"{kind[:-1]} index"}}
+            layout[f"xaxis{suffix}"] = {"domain": columns[c], "anchor": f"y{suffix}"}
             layout[f"yaxis{suffix}"] = {"domain": rows[r], "anchor": f"x{suffix}", "autorange": "reversed",
-                                        "title": {"text": "layer"} if c == 0 else None}
+                                        "dtick": max(1, layers // 8), "title": {"text": "layer"} if c == 0 else None}
             head = f"{label}<br>" if label and r == 0 else ""
-            notes.append(panel_title(f"{head}{kind}: {caption}", sum(columns[c]) / 2, rows[r][1]))
+            notes.append(panel_title(f"{head}{kind} (by index): {caption}", sum(columns[c]) / 2, rows[r][1]))
     layout["annotations"] = notes
     return figure(data, layout)
 
 
 def _rows(count: int) -> list[list[float]]:
     """Vertical domains of ``count`` rows, top first, with room for the panel titles."""
-    gap = 0.18 if count > 1 else 0.0
+    gap = 0.16 if count > 1 else 0.0
     size = (1.0 - gap * (count - 1)) / count
     return [[round(1.0 - (i + 1) * size - i * gap, 6), round(1.0 - i * size - i * gap, 6)] for i in range(count)]
 
