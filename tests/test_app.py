@@ -48,7 +48,8 @@ def test_ui_never_imports_torch(path: Path) -> None:
 
 
 def test_figure_and_state_modules_load_without_torch() -> None:
-    code = "import sys, toolkit.live, toolkit.viz, toolkit.viz_masks, toolkit.compare; print('torch' in sys.modules)"
+    code = ("import sys, toolkit.live, toolkit.viz, toolkit.viz_masks, toolkit.compare, toolkit.viz_structure, "
+            "toolkit.compare_structure; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
