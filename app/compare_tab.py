@@ -1,5 +1,8 @@
 """The Compare tab: keep-masks of two or more finished runs, side by side, and their overlap.
 
+Structured runs (whole heads and channels removed) are compared by their kept units instead:
+layer × unit maps side by side, the overlap of the kept sets per kind, and where they differ.
+
 The handlers are plain functions of the form values returning ``{output name: value}`` (the tests
 call them); a user mistake (runs of different models, a damaged run folder) comes back as a
 ``message``, never an exception.
@@ -10,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from toolkit import compare, viz_masks
+from toolkit import compare, compare_structure, viz, viz_masks, viz_structure
 from toolkit.api import list_runs, open_run
 from toolkit.errors import ToolkitError
 from toolkit.runs import RunRecord
@@ -19,11 +22,12 @@ log = logging.getLogger(__name__)
 
 
 def run_choices(runs_dir: str) -> list[tuple[str, str]]:
-    """(label, run id) of every finished run with stored masks, newest first."""
+    """(label, run id) of every finished run with stored masks or kept heads/channels, newest first."""
     choices = []
     for record in list_runs(runs_dir):
         config = record.config if isinstance(record.config, dict) else {}
-        if record.status == "finished" and any((record.path / "masks").glob("*.npz")):
+        stored = any((record.path / "masks").glob("*.npz")) or compare_structure.is_structured(record)
+        if record.status == "finished" and stored:
             what = f"{config.get('method', '?')} {record.label}"
             label = f"{config.get('model', '?')} · {what} · {record.run_id}"
             choices.append((label, record.run_id))
@@ -57,6 +61,8 @@ def compare_view(run_ids: list[str], layer: Any, linear: str, m: Any, runs_dir: 
     """Every Compare figure for the chosen runs and linear, or a ``message`` saying what is wrong."""
     try:
         records = open_records(run_ids, runs_dir)
+        if any(compare_structure.is_structured(record) for record in records):
+            return structure_view(records)
         compare.check_comparable(records)
         if layer in (None, "") or not linear:
             raise ToolkitError("pick a layer and a linear")
@@ -80,6 +86,29 @@ def compare_view(run_ids: list[str], layer: Any, linear: str, m: Any, runs_dir: 
         "overlap": viz_masks.overlap_figure(rows),
         "histograms": viz_masks.sparsity_histograms(masks),
         "all_linears": viz_masks.all_linears_overlap_figure(everything),
+    }
+
+
+def structure_view(records: list[RunRecord]) -> dict[str, Any]:
+    """The Compare figures of structured runs: kept units side by side, their overlap, where they differ.
+
+    Raises :class:`ToolkitError` (turned into a message by :func:`compare_view`) for runs that
+    cannot be compared.
+    """
+    runs = compare_structure.load_kept(records)
+    rows = compare_structure.kept_overlap(runs)
+    labels = list(runs)
+    kind = "channels" if all(kept.get("channels") for kept in runs.values()) else "heads"
+    first, second = (compare_structure.kept_mask(runs[label], kind) for label in labels[:2])
+    summary = "; ".join(f"{row['pair']}: IoU {row['iou']:.3f}, Hamming {row['hamming']:.3f}" for row in rows)
+    unused = viz.note_figure("", "keep-masks are for runs that zero weights; structured runs are compared above")
+    return {
+        "message": f"kept heads and channels · {summary} · the difference map shows {kind} (rows = layers)",
+        "masks": viz_structure.kept_compare_figure(runs),
+        "difference": viz_masks.mask_difference_figure(first, second, (labels[0], labels[1])),
+        "overlap": viz_masks.overlap_figure(rows, title="kept units: overlap with the first run"),
+        "histograms": unused,
+        "all_linears": unused,
     }
 
 

@@ -276,7 +276,7 @@ def _form(gr: Any, default_model: str, methods: dict[str, dict]) -> RunForm:
 
 
 def _outputs(gr: Any) -> dict[str, Any]:
-    """The right column: status, the four live figures, warnings, result table, downloads."""
+    """The right column: status, the six live figures, warnings, result table, downloads."""
     idle = RunView()
     status = gr.Markdown(views.status_markdown(idle, 0.0), elem_id="run-status")
     with gr.Row():
@@ -285,13 +285,17 @@ def _outputs(gr: Any) -> dict[str, Any]:
     with gr.Row():
         solver = gr.Plot(views.figure(idle, "solver"), show_label=False, elem_id="run-solver")
         lam = gr.Plot(views.figure(idle, "lambda"), show_label=False, elem_id="run-lambda")
+    with gr.Row():  # structured runs: which heads and channels the global ranking removed
+        ranking = gr.Plot(views.figure(idle, "ranking"), show_label=False, elem_id="run-ranking")
+        kept = gr.Plot(views.figure(idle, "kept"), show_label=False, elem_id="run-kept")
     warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False, elem_id="run-warnings")
     result = gr.Markdown(elem_id="run-result")
     generations = gr.HTML(elem_id="run-generations")
     files = gr.File(label="Downloads: result JSON, masks, pruned checkpoint", file_count="multiple",
                     interactive=False, elem_id="run-files")
     return {"status": status, "heatmap": heatmap, "layers": layers, "solver": solver, "lambda": lam,
-            "warnings": warnings, "result": result, "generations": generations, "files": files}
+            "ranking": ranking, "kept": kept, "warnings": warnings, "result": result, "generations": generations,
+            "files": files}
 
 
 def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[str, Any]:

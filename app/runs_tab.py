@@ -114,11 +114,14 @@ def build(gr: Any, *, runs_dir: str) -> dict[str, Any]:
     with gr.Row():
         solver = gr.Plot(show_label=False)
         lam = gr.Plot(show_label=False)
+    with gr.Row():
+        ranking = gr.Plot(show_label=False, elem_id="runs-ranking")
+        kept = gr.Plot(show_label=False, elem_id="runs-kept")
     warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False)
     result = gr.Markdown()
     generations = gr.HTML(elem_id="runs-generations")
     outputs = {"status": status, "heatmap": heatmap, "layers": layers, "solver": solver, "lambda": lam,
-               "warnings": warnings, "result": result, "generations": generations}
+               "ranking": ranking, "kept": kept, "warnings": warnings, "result": result, "generations": generations}
 
     def on_refresh() -> list[Any]:
         found = runs_table(runs_dir)

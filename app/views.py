@@ -14,10 +14,10 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from toolkit import viz, viz_quant
+from toolkit import viz, viz_quant, viz_structure
 from toolkit.live import RunView, format_seconds, progress_line
 
-FIGURES = ("heatmap", "layers", "solver", "lambda")
+FIGURES = ("heatmap", "layers", "solver", "lambda", "ranking", "kept")
 
 
 def figure(view: RunView, name: str) -> Any:
@@ -28,8 +28,14 @@ def figure(view: RunView, name: str) -> Any:
     if name == "layers":
         return viz.layer_error_figure(view.layers_done, num_layers=view.num_layers, revision=key,
                                       height=viz.heatmap_height(view.num_layers))
+    if name == "solver" and view.structure.newton:  # a structured run: the Newton trace of every layer
+        return viz_structure.newton_figure(view.structure.newton, revision=key, height=viz.LAMBDA_HEIGHT)
     if name == "solver":
         return viz.convergence_figure(view.solver.steps, view.blocks.steps, revision=key, height=viz.LAMBDA_HEIGHT)
+    if name == "ranking":
+        return viz_structure.ranking_figure(view.structure.ranking, revision=key)
+    if name == "kept":
+        return viz_structure.kept_map_figure(view.structure.kept, revision=key)
     if not view.lambdas.steps and viz_quant.has_projection_trace(view.solver.steps):  # AWP: projection trace
         return viz_quant.projection_figure(view.solver.steps, revision=key)
     return viz.lambda_figure(view.lambdas.steps, revision=key)
@@ -153,8 +159,8 @@ def render(view: RunView, now: float, sent: dict[str, int] | None = None,
     """Output values for the sections changed since revisions ``sent``; returns them and the new revisions.
 
     ``sent=None`` renders everything; only the figures named in ``figures`` are drawn (the
-    others stay stale for a later call). Keys: status, heatmap, layers, solver, lambda, warnings,
-    result, generations.
+    others stay stale for a later call). Keys: status, heatmap, layers, solver, lambda, ranking,
+    kept, warnings, result, generations.
     """
     revisions = dict(view.revision)
     out: dict[str, Any] = {"status": status_markdown(view, now)}

@@ -26,7 +26,8 @@ from toolkit.sparsity import NM, Structured
 
 ROOT = Path(__file__).resolve().parent.parent
 UI_FILES = [*sorted((ROOT / "app").glob("*.py")), *(ROOT / "toolkit" / f for f in (
-    "widgets.py", "viz.py", "viz_masks.py", "viz_quant.py", "live.py", "live_eval.py", "compare.py"))]
+    "widgets.py", "viz.py", "viz_masks.py", "viz_quant.py", "viz_structure.py", "live.py", "live_eval.py",
+    "live_structure.py", "compare.py", "compare_structure.py"))]
 QUICK = forms.Protocol(nsamples=4, seqlen=32, eval_seqlen=32, eval_windows=2, device="cpu")
 
 
@@ -47,8 +48,8 @@ def test_ui_never_imports_torch(path: Path) -> None:
 
 
 def test_figure_and_state_modules_load_without_torch() -> None:
-    code = ("import sys, toolkit.live, toolkit.viz, toolkit.viz_masks, toolkit.viz_quant, toolkit.compare; "
-            "print('torch' in sys.modules)")
+    code = ("import sys, toolkit.live, toolkit.viz, toolkit.viz_masks, toolkit.viz_quant, toolkit.compare, "
+            "toolkit.viz_structure, toolkit.compare_structure; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

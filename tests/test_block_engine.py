@@ -85,7 +85,7 @@ def test_event_sequence_and_json_round_trip() -> None:
         assert modules in (3, 4, 7)  # MLP (gate, up, down), attention (q, k, v, o) or both
         assert block == [LayerStarted] + [SublayerPruned] * modules + [UnitsRemoved] * 3 + [LayerDone]
     assert len(result.layers) == rest.count(SublayerPruned) > 0
-    assert sum(isinstance(e, SolverStep) for e in events) == 2 * 2 * 3  # layers × (o, down) × steps
+    assert sum(isinstance(e, SolverStep) for e in events) == 2 * 2 * (1 + 3)  # layers × (o, down) × (z₀ + steps)
     for event in events:
         assert event_from_dict(event.to_dict()) == event or isinstance(event, GlobalRanking)
     assert structures == [result.structure] and result.achieved_sparsity == pytest.approx(0.3, abs=0.03)
@@ -164,3 +164,17 @@ def test_bad_input_is_a_clear_toolkit_error() -> None:
 
 def _count(model: torch.nn.Module) -> int:
     return sum(v.params() for v in block_views(model, decoder_layers(model)))
+
+
+def test_gqa_query_warns_when_padding_keeps_planned_parameters() -> None:
+    from toolkit.events import RunWarning
+
+    result, events, _, _ = prune(tiny("llama"), ratio="structured:30%", unit="heads", gqa="query")
+    ranking = next(e for e in events if isinstance(e, GlobalRanking))
+    removed = result.params_before - result.params_after
+    assert removed < ranking.params_removed  # uneven KV groups keep zero heads: the plan is not met
+    (warning,) = [e for e in events if isinstance(e, RunWarning)]
+    assert f"{removed / ranking.params_total:.1%} of the candidate parameters" in warning.message
+    assert "gqa=groups" in warning.message
+    grouped = prune(tiny("llama"), ratio="structured:30%", unit="heads")[1]
+    assert not [e for e in grouped if isinstance(e, RunWarning)]  # whole groups: exactly the plan

@@ -191,3 +191,22 @@ def test_status_line_moves_during_dense_and_pruned_evaluation(url: str, chromium
     assert panel.count("tokens/s") == 10 and "dense" in panel and "pruned" in panel
     texts = page.locator("#run-generations td.gen-text pre")
     assert texts.count() == 10 and all(texts.nth(i).inner_text() for i in range(2))
+
+
+def test_a_structured_run_shows_the_ranking_and_kept_panels(url: str, chromium: Any) -> None:
+    page = open_page(chromium, url, height=1800)
+    pick(page, "run-method", "numerical")  # structured is its only pattern: the slider's 50% of the units
+    page.wait_for_selector("#run-unit input")
+    pick(page, "run-unit", "heads+channels")
+    page.click("#run-button")
+    wait_for_text(page, "#run-status", "✓ finished")
+    ranking_title = page.text_content("#run-ranking .gtitle") or ""
+    assert re.search(r"removed \d+ of \d+ heads, \d+ of \d+ channels", ranking_title), ranking_title
+    assert page.locator("#run-ranking .scatterlayer .trace").count() == 2  # heads and channels, coloured apart
+    assert page.locator("#run-ranking .shapelayer path").count() >= 1  # the threshold line
+    assert "threshold η" in page.inner_text("#run-ranking")
+    assert page.locator("#run-kept g.hm").count() == 2  # layer × head and layer × channel maps
+    kept = page.inner_text("#run-kept")
+    assert re.search(r"heads \(by index\): \d+ of \d+ kept", kept), kept
+    assert re.search(r"channels \(by index\): \d+ of \d+ kept", kept), kept
+    assert "Newton iterations" in (page.text_content("#run-solver .gtitle") or "")

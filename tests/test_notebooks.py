@@ -8,7 +8,8 @@ import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-NAMES = ["01_quickstart.ipynb", "02_methods_compared.ipynb"]  # in order: 02 reuses 01's Wanda run
+NAMES = ["01_quickstart.ipynb", "02_methods_compared.ipynb",  # in order: 02 reuses 01's Wanda run
+         "04_removing_heads_and_channels.ipynb"]
 QUANT = "03_pruning_meets_quantization.ipynb"  # tiny-llama and one synthetic layer: fast, not marked slow
 PLOTLY = "application/vnd.plotly.v1+json"
 

@@ -151,6 +151,7 @@ def prune_blocks(  # noqa: PLR0913 - keyword-only sinks, as prune_layers
             for i in range(len(views)):
                 record, check = _apply_layer(run, i, views, allocation, check)
                 records.append(record)
+            _check_budget(run, views, allocation)
             problem = set_uniform_config(model, views, method_cfg.remove, run.journal)
             if problem and method_cfg.uniform:
                 run.emit(RunWarning(message=f"uniform counts not written into the config: {problem}"))
@@ -291,6 +292,26 @@ def _apply_layer(
         run.emit(event)
     run.emit(LayerDone(layer=index, num_layers=len(views), output_rel_error=error, seconds=time.perf_counter() - t0))
     return layer_record(index, view, record), inputs.next_layer(pruned)
+
+
+def _check_budget(run: _BlockRun, views: list[BlockView], allocation: Allocation) -> None:
+    """Warn when the removed parameters fall short of the plan by more than 2% of the candidates.
+
+    With ``gqa=query`` a removed query head whose KV group keeps other heads can stay as a zero
+    head: HF attention needs every KV head to serve the same number of query slots
+    (:func:`toolkit.structure.slot_layout`), so uneven groups are padded and the plan's 2·D·Dh
+    per query head is not all saved. ``gqa=groups`` (the default) removes exactly what it plans.
+    """
+    if not run.method_cfg.remove or not allocation.total_cost:
+        return
+    removed = run.result.params_before - sum(v.params() for v in views)
+    short = (allocation.removed_cost - removed) / allocation.total_cost
+    if short > 0.02:
+        run.emit(RunWarning(message=(
+            f"{removed / allocation.total_cost:.1%} of the candidate parameters were removed, not the planned "
+            f"{allocation.achieved_ratio:.1%}: with gqa={run.method_cfg.gqa}, query heads removed from a KV group "
+            "that keeps others stay as zero heads (each KV head must serve equally many query heads); "
+            "use gqa=groups to remove whole KV groups and meet the budget")))
 
 
 def _install(run: _BlockRun, view: BlockView, edit: LayerEdit) -> dict:

@@ -43,12 +43,28 @@ def global_ranking_event(method: str, allocation_name: str, ratio: float, alloca
     for kind, masks in (("heads", allocation.keep_heads), ("channels", allocation.keep_channels)):
         present = [m for m in masks if m is not None]
         counts[kind] = (sum(int((~m).sum()) for m in present), sum(len(m) for m in present))
+    points = _ranking_points(allocation)
     return GlobalRanking(method=method, allocation=allocation_name, ratio=ratio,
                          achieved_ratio=allocation.achieved_ratio, threshold=allocation.threshold,
                          scores=[float(x) for x in ranked[picks]], heads_removed=counts["heads"][0],
                          heads_total=counts["heads"][1], channels_removed=counts["channels"][0],
                          channels_total=counts["channels"][1], params_removed=allocation.removed_cost,
-                         params_total=allocation.total_cost)
+                         params_total=allocation.total_cost, candidates=len(ranked), **points)
+
+
+def _ranking_points(allocation: Allocation) -> dict[str, list]:
+    """Rank and score of every head unit and of ≤ 256 evenly spaced channels in the ascending ranking."""
+    kinds = allocation.ranked_kind
+    if kinds is None:
+        return {}
+    points: dict[str, list] = {}
+    for kind_id, kind in enumerate(("head", "channel")):
+        ranks = torch.nonzero(kinds == kind_id).flatten()
+        if kind == "channel" and len(ranks) > RANKING_POINTS:
+            ranks = ranks[torch.linspace(0, len(ranks) - 1, RANKING_POINTS).round().long()]
+        points[f"{kind}_ranks"] = [int(r) for r in ranks]
+        points[f"{kind}_values"] = [float(allocation.ranked[r]) for r in ranks]
+    return points
 
 
 @dataclass
@@ -103,19 +119,30 @@ def _units_events(outcome: LayerOutcome) -> list[UnitsRemoved]:
         kv_kept = int(keep.view(kv, -1).any(1).sum())
         err, plain, _ = outcome.errors.get("o", (0.0, 0.0, math.nan))
         after = view.params(ATTN_ROLES)
-        for unit, kept, total in (("heads", int(keep.sum()), heads), ("kv_heads", kv_kept, kv)):
+        kv_keep = keep.view(kv, -1).any(1)
+        for unit, kept, total, mask in (("heads", int(keep.sum()), heads, keep), ("kv_heads", kv_kept, kv, kv_keep)):
             events.append(UnitsRemoved(layer=index, unit=unit, kept=kept, removed=total - kept,
                                        params_before=outcome.params_before["attn"], params_after=after,
-                                       rel_error=err, rel_error_uncompensated=plain))
+                                       rel_error=err, rel_error_uncompensated=plain, kept_map=kept_map(mask)))
     if outcome.kinds[1]:
         total = outcome.shapes["down"][1]
-        kept = int(edit.keep_channels.sum()) if edit.keep_channels is not None else total
+        mask = edit.keep_channels.cpu() if edit.keep_channels is not None else torch.ones(total, dtype=torch.bool)
+        kept = int(mask.sum())
         err, plain, _ = outcome.errors.get("down", (0.0, 0.0, math.nan))
         after = view.params(tuple(r for r in MLP_ROLES if view.has(r)))
         events.append(UnitsRemoved(layer=index, unit="channels", kept=kept, removed=total - kept,
                                    params_before=outcome.params_before["mlp"], params_after=after,
-                                   rel_error=err, rel_error_uncompensated=plain))
+                                   rel_error=err, rel_error_uncompensated=plain, kept_map=kept_map(mask)))
     return events
+
+
+def kept_map(keep: torch.Tensor) -> str:
+    """A keep-mask (units,) as a string of "1" (kept) and "0" (removed).
+
+    >>> kept_map(torch.tensor([True, False, True]))
+    '101'
+    """
+    return "".join("1" if k else "0" for k in keep.tolist())
 
 
 def layer_events(outcome: LayerOutcome) -> list[Event]:

@@ -249,7 +249,10 @@ class GlobalRanking(Event):
     """One ranking of every candidate unit of every layer; units scoring ≤ ``threshold`` were removed.
 
     ``scores`` is a sorted subsample (≤ 256 points) of the ranking scores; ``ratio`` asked for,
-    ``achieved_ratio`` = ``params_removed`` / ``params_total`` over the candidate units.
+    ``achieved_ratio`` = ``params_removed`` / ``params_total`` over the candidate units. For the
+    ranking plot, ``head_ranks``/``head_values`` give every head unit's 0-based position in the
+    ascending ranking of all ``candidates`` and its ranking score, ``channel_ranks``/``channel_values``
+    the same for an evenly spaced subsample (≤ 256) of the channels (empty in older runs).
     """
 
     kind: ClassVar[str] = "GlobalRanking"
@@ -265,6 +268,11 @@ class GlobalRanking(Event):
     channels_total: int
     params_removed: int
     params_total: int
+    candidates: int = 0
+    head_ranks: list[int] = field(default_factory=list)
+    head_values: list[float] = field(default_factory=list)
+    channel_ranks: list[int] = field(default_factory=list)
+    channel_values: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +282,8 @@ class UnitsRemoved(Event):
     ``unit`` is "heads" (query heads), "kv_heads" or "channels"; params count the weights and biases
     of the modules of that kind (attention: q, k, v, o; MLP: gate, up, down). ``rel_error`` is the
     o_proj/down_proj output error after compensation, ``rel_error_uncompensated`` after plain removal.
+    ``kept_map`` has one character per original unit of that kind, in index order: "1" kept,
+    "0" removed (empty in older runs).
     """
 
     kind: ClassVar[str] = "UnitsRemoved"
@@ -285,6 +295,7 @@ class UnitsRemoved(Event):
     params_after: int
     rel_error: float
     rel_error_uncompensated: float
+    kept_map: str = ""
 
 
 EVENT_TYPES.update({cls.kind: cls for cls in (LayerScored, GlobalRanking, UnitsRemoved)})

@@ -35,6 +35,7 @@ from toolkit.events import (
     TaskScore,
 )
 from toolkit.live_eval import EvalView
+from toolkit.live_structure import StructureView
 
 TERMINAL = ("finished", "failed", "cancelled")
 
@@ -64,7 +65,7 @@ class RunView:
     """Everything a live dashboard draws, as plain data.
 
     ``revision`` counts folded events per section ("heatmap", "layers", "solver", "lambda",
-    "warnings", "result") so a UI can skip re-sending figures that did not change.
+    "ranking", "kept", "warnings", "result") so a UI can skip re-sending figures that did not change.
     """
 
     status: str = "idle"  # idle | running | finished | failed | cancelled
@@ -87,6 +88,7 @@ class RunView:
     lambdas: Trace = field(default_factory=Trace)
     blocks: Trace = field(default_factory=Trace)
     warnings: list[str] = field(default_factory=list)
+    structure: StructureView = field(default_factory=StructureView)  # block-scope runs: Newton, ranking, kept
     dense_ppl: dict[str, float] = field(default_factory=dict)
     ppl: dict[str, float] = field(default_factory=dict)
     achieved_sparsity: float = math.nan  # from the keep-masks, never from exact zeros
@@ -110,6 +112,7 @@ class RunView:
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(self, event, now)
+        self._bump(*self.structure.apply(event))
         return self
 
     def _bump(self, *sections: str) -> None:
@@ -197,7 +200,8 @@ def _on_started(view: RunView, event: RunStarted, now: float) -> None:
     fresh.model_label = str(fresh.protocol.get("model_label", event.model))
     fresh.revision = dict(view.revision)
     view.__dict__.update(fresh.__dict__)
-    view._bump("heatmap", "layers", "solver", "lambda", "warnings", "result", "progress", "generations")
+    view._bump("heatmap", "layers", "solver", "lambda", "ranking", "kept", "warnings", "result", "progress",
+               "generations")
 
 
 def _on_layer_started(view: RunView, event: LayerStarted, now: float) -> None:

@@ -74,7 +74,11 @@ def test_newton_option_emits_one_solver_step_per_iteration_and_agrees() -> None:
     closed = channel_scores(W, stats, 0.3, NumericalConfig(lam=10.0), ctx)
     newton = channel_scores(W, stats, 0.3, NumericalConfig(lam=10.0, score_solver="newton", newton_steps=7), ctx)
     torch.testing.assert_close(newton, closed, atol=1e-5, rtol=0)
-    assert [e.step for e in events] == list(range(1, 8)) and all(e.layer == 2 for e in events)
+    assert [e.step for e in events if e.solver == "newton"] == list(range(8)) and all(e.layer == 2 for e in events)
+    # the closed form reports f(z₀) and f(z*), the value Newton's iterations settle on
+    first, last = [e.objective for e in events if e.solver == "closed_form"]
+    assert last < first and last == pytest.approx(events[-1].objective, rel=1e-6)
+    assert events[-1].objective < events[-8].objective
     # λ → ∞ (lam ≤ 0): the literal solver uses a large finite λ and still agrees
     limit = channel_scores(W, stats, 0.3, NumericalConfig(), ctx)
     literal = channel_scores(W, stats, 0.3, NumericalConfig(score_solver="newton", newton_steps=3), ctx)

@@ -40,7 +40,8 @@ class BlockConfig:
     standardize: bool = option(False, "standardize scores per layer and kind (z − mean)/std before the global "
                                "ranking (FLAP does; the Numerical Pruning paper does not)")
     gqa: str = option("groups", "GQA units: groups (a KV head with all its query heads) or query (single query "
-                      "heads; a KV head goes when its last query head goes)", GQA_MODES)
+                      "heads; a KV head goes when its last query head goes; uneven groups keep zero heads, so "
+                      "fewer parameters go than planned: a warning says how many)", GQA_MODES)
     uniform: bool = option(False, "every layer keeps the same head and channel counts (a standard HF config "
                            "loads the result); default: counts differ per layer")
     min_heads: int = option(1, "head units every layer keeps at least")

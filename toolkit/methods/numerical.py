@@ -13,11 +13,12 @@ Hessian H = A + λ11ᵀ. f is an exact quadratic, so Newton lands on the minimis
     z* = 1 − c·u,   u = A⁻¹1,   s = 1ᵀu,   c = λρD / (1 + λs)   →  ρD / s  as λ → ∞ (then Σz* = r)
 
 ``score_solver=closed_form`` (default) evaluates this; ``newton`` runs Algorithm 1 literally
-(``newton_steps`` steps from z₀ = (1−ρ)1, one :class:`SolverStep` per step with f(z)); they agree
-(tested). Here XᵀX is the mean Gram G = Σxxᵀ/N (the paper's unstated "normalization"; it only
-rescales λ) and A gets ``score_damp``·mean(diag A) on its diagonal (not in the paper: A is
-singular for dead channels or few tokens). A head's score is the mean of its Dh channel scores
-(Eq. 8; over the whole KV group with ``gqa=groups``); MLP channels keep their own score.
+(``newton_steps`` steps from z₀ = (1−ρ)1); they agree (tested). Either way every output projection
+emits :class:`SolverStep` s with f(z): step 0 at z₀, then step 1 at z* (closed form: the one exact
+Newton step) or one per iteration (newton). Here XᵀX is the mean Gram G = Σxxᵀ/N (the paper's
+unstated "normalization"; it only rescales λ) and A gets ``score_damp``·mean(diag A) on its diagonal
+(not in the paper: A is singular for dead channels or few tokens). A head's score is the mean of
+its Dh channel scores (Eq. 8; over the whole KV group with ``gqa=groups``); MLP channels keep their own score.
 Comparison group: all heads and channels of all layers (one global ranking, :mod:`toolkit.plan`).
 """
 
@@ -114,15 +115,23 @@ def channel_scores(W: Tensor, stats: InputStats, ratio: float, cfg: NumericalCon
     A = score_matrix(W, stats.gram)
     L, damp = damped_cholesky(A, cfg.score_damp, ctx.warn, f"layer {ctx.layer} {ctx.name} score")
     A = with_damping(A, damp)
-    if cfg.score_solver == "closed_form":
-        return closed_form_scores(A, ratio, cfg.lam, L).float()
-    lam = cfg.lam if cfg.lam > 0 else NEWTON_INF_SCALE * float(torch.diagonal(A).mean())
+    closed = cfg.score_solver == "closed_form"
+    # λ → ∞ (lam ≤ 0): z₀ and z* both meet 1ᵀz = r, so the penalty term is 0 and f is its first term
+    lam = cfg.lam if cfg.lam > 0 else (0.0 if closed else NEWTON_INF_SCALE * float(torch.diagonal(A).mean()))
+    r = (1.0 - ratio) * A.shape[0]
 
-    def step(t: int, value: float, grad_norm: float) -> None:
+    def step(t: int, value: float, grad_norm: float = float("nan")) -> None:
         ctx.check_cancel()
-        ctx.emit(SolverStep(layer=ctx.layer, name=ctx.name, solver="newton", step=t, objective=value,
-                            values={"grad_norm": grad_norm}))
+        ctx.emit(SolverStep(layer=ctx.layer, name=ctx.name, solver=cfg.score_solver, step=t, objective=value,
+                            values={} if closed else {"grad_norm": grad_norm}))
 
+    z0 = torch.full((A.shape[0],), 1.0 - ratio, dtype=A.dtype, device=A.device)
+    if closed:  # f at z₀, then after the one exact Newton step that lands on z*
+        step(0, objective(A, z0, r, lam))
+        z = closed_form_scores(A, ratio, cfg.lam, L)
+        step(1, objective(A, z, r, lam))
+        return z.float()
+    step(0, objective(A, z0, r, lam), float(torch.linalg.vector_norm(A @ (z0 - 1.0))))  # 1ᵀz₀ = r
     return newton_scores(A, ratio, lam, cfg.newton_steps, step).float()
 
 
