@@ -13,6 +13,7 @@ import math
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from toolkit.engine_options import FUSED, PROPAGATE, SEQUENTIAL
@@ -253,9 +254,17 @@ def _methods(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> int:
     from toolkit.api import list_runs
 
-    for record in list_runs(args.out):
+    root = Path(args.out)
+    if not root.is_dir():
+        raise ToolkitError(f"run store {args.out!r} does not exist or is not a folder; pass --out with the folder "
+                           "given to `prune --out` (default: runs)")
+    records = list_runs(root)
+    if not records:
+        print(f"no runs in {args.out}")
+    for record in records:
         cfg, res = record.config, record.result or {}
-        ppl = ", ".join(f"{k} {v:.2f}" for k, v in res.get("ppl", {}).items())
-        print(f"{record.run_id:<48} {record.status:<11} {cfg.get('model', '?'):<14} {cfg.get('method', '?'):<10} "
+        ppl = ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} –" for k, v in res.get("ppl", {}).items())
+        status = f"damaged: {record.error}" if record.status == "damaged" else record.status
+        print(f"{record.run_id:<48} {status:<11} {cfg.get('model', '?'):<14} {cfg.get('method', '?'):<10} "
               f"{record.label:<8} {ppl}")
     return 0
