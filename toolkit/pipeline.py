@@ -21,6 +21,7 @@ from toolkit.export import save_checkpoint
 from toolkit.methods import MethodSpec, get_method
 from toolkit.methods.base import Scope
 from toolkit.models import LoadedModel, decoder_layers, load_model
+from toolkit.preflight import check_writable_dir
 from toolkit.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl, versions
 from toolkit.quant import QuantState
 from toolkit.runs import SCHEMA, RunWriter, StoredQuant
@@ -57,24 +58,47 @@ def execute(config: Any, emit: Callable[[Event], None], cancel: Any, on_progress
     recorded, any failure is recorded too (RunFailed, status failed/cancelled) and re-raised.
     """
     progress = on_progress or (lambda stage, done, total: None)
+    check_writable_dir(config.out_dir)  # before the model loads: a read-only --out fails now, not after the run
     run = prepare(config)
-    writer = RunWriter(config.out_dir, config.to_dict())
+    try:
+        writer = RunWriter(config.out_dir, config.to_dict())
+    except OSError as exc:
+        raise ToolkitError(f"cannot create the run record in {config.out_dir!r} ({exc.strerror or exc}); "
+                           "free disk space or give another --out") from None
+    stage = Stage()
 
     def record(event: Event) -> None:
         writer.event(event)
         emit(event)
 
     try:
-        return _run(config, run, writer, record, progress, cancel)
+        return _run(config, run, writer, record, progress, cancel, stage)
     except BaseException as exc:
+        cancelled = isinstance(exc, RunCancelled | KeyboardInterrupt)
         message = _failure_message(exc, run.device)
+        if stage.compressed:  # never lose a finished compression to a later step
+            kept = " and the model" if config.save_model and stage.name == "evaluation" else ""
+            message = (f"{stage.name} {'cancelled' if cancelled else 'failed'} after the compression finished "
+                       f"({message}); the masks{kept} are saved in {writer.path}")
         try:
-            record(RunFailed(error=message, cancelled=isinstance(exc, RunCancelled | KeyboardInterrupt)))
+            record(RunFailed(error=message, cancelled=cancelled))
+        except OSError:
+            pass  # the disk that failed the run cannot take its last event; status.json still says why
         finally:
-            writer.fail(message, isinstance(exc, RunCancelled | KeyboardInterrupt))
-        if isinstance(exc, torch.OutOfMemoryError):
+            writer.fail(message, cancelled, keep_result=stage.compressed)
+        if cancelled:
+            raise
+        if stage.compressed or isinstance(exc, torch.OutOfMemoryError):
             raise ToolkitError(message) from None
         raise
+
+
+@dataclass
+class Stage:
+    """Where a run is: the step under way, and whether the compression (masks, weights) is complete."""
+
+    name: str = "loading"
+    compressed: bool = False
 
 
 def prepare(config: Any) -> Prepared:
@@ -90,10 +114,10 @@ def prepare(config: Any) -> Prepared:
     linears = check_targets(loaded.model, spec, config.compression)
     bos = bos_id(loaded)
     calib = CalibSpec(config.calib, config.nsamples, config.seqlen, config.seed)
-    calibration = calibration_windows(load_tokens(config.calib, "train", loaded.codec), calib, bos)
+    calibration = calibration_windows(load_tokens(config.calib, "train", loaded.codec, config.encoding), calib, bos)
     test = None
     if config.eval_data:
-        test = eval_windows(load_tokens(config.eval_data, "test", loaded.codec), config.eval_seqlen,
+        test = eval_windows(load_tokens(config.eval_data, "test", loaded.codec, config.encoding), config.eval_seqlen,
                             config.eval_windows, bos)
     protocol = {
         "model_label": loaded.label,
@@ -106,38 +130,48 @@ def prepare(config: Any) -> Prepared:
     return Prepared(spec, method_cfg, engine_cfg, device, loaded, linears, calibration, test, protocol)
 
 
-def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event], None], progress: Progress,
-         cancel: Any) -> dict[str, Any]:
-    """RunStarted, dense evaluation, compression, pruned evaluation, checkpoint, RunFinished."""
+def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event], None], progress: Progress,  # noqa: PLR0913
+         cancel: Any, stage: Stage) -> dict[str, Any]:
+    """RunStarted, dense evaluation, compression, checkpoint and result.json, pruned evaluation, RunFinished.
+
+    The checkpoint and a result.json without perplexity are written before the pruned evaluation, so an
+    evaluation that fails (or is cancelled) leaves the compression on disk (``stage.compressed``).
+    """
     model = run.loaded.model
     record(RunStarted(run_id=writer.run_id, model=run.loaded.name, method=run.spec.name,
                       sparsity=config.compression.label, options=dataclasses.asdict(run.method_cfg),
                       protocol=run.protocol, num_layers=len(decoder_layers(model)), linears=run.linears,
                       device=str(run.device), compression=config.compression.to_dict()))
+    stage.name = "dense evaluation"
     dense_ppl = _dense_eval(config, run, record, progress, cancel)
+    stage.name = "compression"
     before = linear_shapes(model)
     result = prune_layers(model, run.calibration, run.spec, config.compression, run.method_cfg,
                           cfg=run.engine_cfg, emit=record, cancelled=lambda: cancel.cancelled,
                           on_mask=lambda layer, name, keep: writer.mask(layer, name, keep.numpy()),
                           on_quant=lambda layer, name, state: writer.quant(layer, name, stored_quant(state)),
                           on_structure=writer.structure)
-    ppl: dict[str, float] = {}
-    if run.test is not None:
-        ppl[config.eval_data] = _eval(run.loaded, run.test, run.device, "pruned", progress, cancel)
-        record(EvalPoint(dataset=config.eval_data, which="pruned", ppl=ppl[config.eval_data],
-                         seq_len=config.eval_seqlen, windows=int(run.test.shape[0]), tokens=int(run.test.numel())))
+    stage.name, stage.compressed = "saving the checkpoint", True
     accounting = account(model, before, result.kept, result.quant)
     if config.save_model:
         save = save_shrunk if run.spec.scope is Scope.BLOCK else save_checkpoint  # per-layer shapes need their file
         saved = save(model, run.loaded.codec, writer.path / "model")
         accounting = dataclasses.replace(accounting, checkpoint_bytes=folder_bytes(saved))
+    ppl: dict[str, float] = {}
     summary = _result(config, run, result, accounting, ppl, dense_ppl)
     summary.update(run_id=writer.run_id, run_dir=str(writer.path))
+    writer.result(summary)
+    stage.name = "evaluation"
+    if run.test is not None:
+        ppl[config.eval_data] = _eval(run.loaded, run.test, run.device, "pruned", progress, cancel)
+        record(EvalPoint(dataset=config.eval_data, which="pruned", ppl=ppl[config.eval_data],
+                         seq_len=config.eval_seqlen, windows=int(run.test.shape[0]), tokens=int(run.test.numel())))
     record(RunFinished(achieved_sparsity=accounting.sparsity, prune_seconds=result.seconds, ppl=ppl,
                        dense_ppl=dense_ppl, params_before=accounting.params_before,
                        params_after=accounting.params_after, nonzeros_kept=accounting.nonzeros_kept,
                        bits_per_weight=accounting.bits_per_weight, estimated_bytes=accounting.estimated_bytes,
                        checkpoint_bytes=accounting.checkpoint_bytes))
+    summary["peak_rss_mb"] = peak_rss_mb()  # evaluation included
     writer.finish(summary)
     return summary
 
@@ -155,6 +189,9 @@ def _failure_message(exc: BaseException, device: torch.device) -> str:
                 "or use --device cpu")
     if isinstance(exc, RunCancelled | KeyboardInterrupt):
         return "cancelled"
+    if isinstance(exc, OSError):
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}: free disk space, fix the permissions or give another --out"
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text if isinstance(exc, ToolkitError) else f"{type(exc).__name__}: {text}"
 
