@@ -17,6 +17,7 @@ from toolkit.api import RunConfig, list_methods
 from toolkit.errors import ToolkitError
 from toolkit.sparsity import NM, Structured, Target, Unstructured, parse_sparsity
 from toolkit.spec import QuantSpec, Unit, parse_unit
+from toolkit.threads import pick_threads
 
 MODELS = ("smollm2-135m", "tiny-llama", "tiny-opt", "tiny-gpt2", "tiny-qwen2", "tiny-gemma3")
 CALIB_SOURCES = ("wiki", "wikitext2", "c4", "ptb")
@@ -206,6 +207,7 @@ def protocol_fields(protocol: Protocol) -> dict[str, Any]:
         "eval_data": (protocol.eval_data or "wiki").strip() if protocol.evaluate else None,
         "eval_seqlen": _int(protocol.eval_seqlen, "eval seqlen", 2), "eval_windows": windows or None,
         "device": (protocol.device or "auto").strip(),
+        "threads": pick_threads(serving=True),  # one core left for the server and the browser
     }
 
 

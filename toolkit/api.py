@@ -67,6 +67,7 @@ class RunConfig:
     out_dir: str = "runs"
     save_model: bool = False
     encoding: str = "utf-8"  # of --calib / --eval text files
+    threads: int | None = None  # intra-op CPU threads (None: torch's default); see toolkit.threads
 
     def __post_init__(self) -> None:
         spec = get_method(self.method)
@@ -75,6 +76,8 @@ class RunConfig:
             object.__setattr__(self, name, getattr(compression, name))
         spec.check(compression)
         spec.make_config(self.options)
+        if self.threads is not None and self.threads < 1:
+            raise ToolkitError(f"--threads must be ≥ 1, got {self.threads}")
         if self.nsamples < 1:
             raise ToolkitError(f"--nsamples must be ≥ 1, got {self.nsamples}")
         check_window(self.seqlen, None, "--seqlen")
@@ -114,7 +117,7 @@ class RunConfig:
         """
         data = self.to_dict()
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
-                         "devices", "compression", "schema"):
+                         "devices", "compression", "schema", "threads"):
             data.pop(volatile)
         if self.encoding == "utf-8":  # the default: runs from before the field existed match
             data.pop("encoding")

@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval", default="wiki", help="evaluation text, or 'none'")
     p.add_argument("--encoding", default="utf-8", help="encoding of --calib / --eval text files (e.g. latin-1)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for tensor ops (default: torch's, or $PRUNELAB_THREADS)")
     p.add_argument("--eval-seqlen", type=int, default=512)
     p.add_argument("--eval-windows", default=None, help="score only the first N windows (default: all)")
     p.add_argument("--eval-dense", action="store_true", help="also report the dense perplexity (cached)")
@@ -168,6 +170,7 @@ def _prune(args: argparse.Namespace) -> int:
     from toolkit.cli_view import ProgressView, layer_table
     from toolkit.preflight import check_writable_file
     from toolkit.spec import parse_compression
+    from toolkit.threads import pick_threads
 
     if args.json:
         check_writable_file(args.json)  # now, not after the run
@@ -182,6 +185,7 @@ def _prune(args: argparse.Namespace) -> int:
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
         fused=args.fused, error_windows=args.error_windows, devices=args.devices,
         out_dir=args.out or "runs", save_model=args.save_model or args.out is not None, encoding=args.encoding,
+        threads=pick_threads(args.threads),
     )
     view = ProgressView()
     try:

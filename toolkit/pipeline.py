@@ -109,6 +109,8 @@ def prepare(config: Any) -> Prepared:
                               batch_size=config.batch_size, device=config.device, fused=config.fused,
                               error_windows=config.error_windows, devices=config.devices)
     device = resolve_device(config.device)
+    if config.threads:
+        torch.set_num_threads(config.threads)
     loaded = load_model(config.model)
     check_context(loaded, config.seqlen, config.eval_seqlen if config.eval_data else None)
     linears = check_targets(loaded.model, spec, config.compression)
@@ -121,6 +123,7 @@ def prepare(config: Any) -> Prepared:
                             config.eval_windows, bos)
     protocol = {
         "model_label": loaded.label,
+        "threads": torch.get_num_threads(),
         "calibration": {"source": calib.source, "split": "train", "nsamples": calib.num_samples,
                         "seqlen": calib.seq_len, "seed": calib.seed, "tokens": int(calibration.numel())},
         "evaluation": None if test is None else {

@@ -336,7 +336,7 @@ def open_run(path: str | Path) -> RunRecord:
             error = error or ("the process that wrote it is gone" if alive is False
                               else "status.json names no live process (no valid pid)")
     result = None
-    if status == "finished" or (status == "failed" and (path / "result.json").exists()):
+    if status == "finished" or (status in ("failed", "cancelled") and (path / "result.json").exists()):
         result, why = read_json(path / "result.json")
         why = why or check_result(result)
         if not why and status == "finished":
