@@ -22,6 +22,7 @@ from app import compare_tab, forms, run_tab, runs_tab, sweep_tab
 from app.jobs import SESSIONS, DeviceQueue, device_queue
 from app.run_tab import cancel_message, run_stream
 from toolkit.api import RunConfig, list_runs
+from toolkit.errors import ToolkitError
 from toolkit.sparsity import NM, Structured
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,8 +70,10 @@ def test_form_to_config() -> None:
     assert config.eval_windows == 2 and config.out_dir == "runs"
     structured = forms.to_config(settings(pattern="structured", percent=30), "runs")
     assert structured.sparsity == Structured(0.3) and structured.compression.kind == "structured"
-    assert forms.to_config(settings(model_path=" /some/dir ", protocol=forms.Protocol(evaluate=False)),
-                           "r").model == "/some/dir"
+    assert forms.to_config(settings(model_path=" org/some-model ", protocol=forms.Protocol(evaluate=False)),
+                           "r").model == "org/some-model"
+    with pytest.raises(ToolkitError, match="'/some/dir' does not exist"):  # checked before the run is queued
+        forms.to_config(settings(model_path="/some/dir"), "r")
     assert forms.pattern_labels("fista") == ["unstructured", "n:m"]
 
 
@@ -124,7 +127,7 @@ def test_run_streams_progress_then_result_and_downloads(tmp_path: Path, monkeypa
 
 @pytest.mark.parametrize(("fields", "message"), [
     ({"pattern": "n:m", "nm": "3:7"}, "divisible by 7"),
-    ({"model": "nobody/not-a-model"}, "could not load model"),
+    ({"model": "nobody/not-a-model"}, "hub"),
 ])
 def test_refused_runs_are_messages_and_the_app_keeps_serving(tmp_path: Path, fields: dict, message: str) -> None:
     updates = drain(run_stream(settings(**fields), runs_dir=str(tmp_path), session="s2"))

@@ -36,6 +36,8 @@ def check_model_source(name: str) -> None:
     from toolkit.models import EMBEDDED, TINY_FAMILIES
 
     name = (name or "").strip()
+    if not name:
+        raise ToolkitError(f"no model given: use {EMBEDDED!r}, a local directory, a .gguf file or a hub id")
     if name == EMBEDDED or name in {f"tiny-{f}" for f in TINY_FAMILIES}:
         return
     path = Path(name).expanduser()
