@@ -22,13 +22,17 @@ log = logging.getLogger(__name__)
 
 
 def run_choices(runs_dir: str) -> list[tuple[str, str]]:
-    """(label, run id) of every finished run with stored masks or kept heads/channels, newest first."""
+    """(label, run id) of every run whose compression finished with stored masks or kept heads/channels, newest first.
+
+    That is a finished run, or one whose later step (evaluation) failed or was cancelled: its masks are whole.
+    """
     choices = []
     for record in list_runs(runs_dir):
         config = record.config if isinstance(record.config, dict) else {}
-        stored = any((record.path / "masks").glob("*.npz")) or compare_structure.is_structured(record)
-        if record.status == "finished" and stored:
-            what = f"{config.get('method', '?')} {record.label}"
+        whole = record.status == "finished" or (record.status in ("failed", "cancelled") and record.result is not None)
+        if whole and (record.mask_names() or compare_structure.is_structured(record)):
+            what = f"{config.get('method', '?')} {record.label}" + ("" if record.status == "finished" else
+                                                                    f" ({record.status} after pruning)")
             label = f"{config.get('model', '?')} · {what} · {record.run_id}"
             choices.append((label, record.run_id))
     return choices

@@ -17,6 +17,7 @@ from toolkit.api import RunConfig, list_methods
 from toolkit.errors import ToolkitError
 from toolkit.sparsity import NM, Structured, Target, Unstructured, parse_sparsity
 from toolkit.spec import QuantSpec, Unit, parse_unit
+from toolkit.threads import pick_threads
 from toolkit.zeroshot_tasks import DEFAULT_TASKS, parse_task_names
 
 MODELS = ("smollm2-135m", "tiny-llama", "tiny-opt", "tiny-gpt2", "tiny-qwen2", "tiny-gemma3")
@@ -214,6 +215,7 @@ def protocol_fields(protocol: Protocol) -> dict[str, Any]:
         "device": (protocol.device or "auto").strip(),
         "tasks": tuple(parse_task_names(protocol.tasks)) if protocol.tasks else (),
         "task_limit": (_int(protocol.task_limit or 0, "examples per task", 0) or None) if protocol.tasks else None,
+        "threads": pick_threads(serving=True),  # one core left for the server and the browser
     }
 
 

@@ -41,20 +41,25 @@ def row(record: RunRecord) -> list[Any]:
         return [record.run_id, str(config.get("model", "?")), str(config.get("method", "?")), text,
                 record.label, _number(result.get("achieved_sparsity"), 4),
                 _number(_first(result.get("ppl"))), _number(_first(result.get("dense_ppl"))),
-                _number(result.get("prune_seconds"), 1), record.status]
+                _number(result.get("prune_seconds"), 1), status_text(record)]
     except (TypeError, ValueError, AttributeError) as exc:
-        return [record.run_id, "?", "?", "", "?", None, None, None, None, f"damaged ({exc})"]
+        return [record.run_id, "?", "?", "", "?", None, None, None, None, f"damaged: {exc}"]
+
+
+def status_text(record: RunRecord) -> str:
+    """The status column: the status, or ``damaged: <why>`` for a record whose files are unusable."""
+    return f"damaged: {record.error}" if record.status == "damaged" else record.status
 
 
 def runs_table(runs_dir: str) -> dict[str, Any]:
     """``{"rows", "choices", "message"}`` for the run store under ``runs_dir``."""
+    if not Path(runs_dir).is_dir():
+        return {"rows": [], "choices": [], "message": f"⚠ the run store `{runs_dir}` does not exist yet (no runs)"}
     records = list_runs(runs_dir)
-    root = Path(runs_dir)
-    folders = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
-    skipped = len(folders) - len(records)
+    damaged = sum(r.status == "damaged" for r in records)
     message = f"{len(records)} runs in `{runs_dir}`"
-    if skipped:
-        message += f" · ⚠ {skipped} folder{'s' if skipped != 1 else ''} skipped (not a readable run)"
+    if damaged:
+        message += f" · ⚠ {damaged} damaged (see the status column)"
     return {"rows": [row(r) for r in records], "choices": [r.run_id for r in records], "message": message}
 
 
@@ -81,6 +86,9 @@ def replay_view(run_id: str, runs_dir: str) -> dict[str, Any]:
         return {"status": f"**⚠ run {run_id} could not be replayed ({type(exc).__name__}: {exc})**", "notice": str(exc)}
     if not events:
         update["status"] = f"Run `{run_id}` has no events yet (status {record.status})."
+    if record.status == "damaged":
+        update["status"] = f"**⚠ damaged: {record.error}** · what could be read is shown below.\n\n{update['status']}"
+        update["notice"] = f"run {run_id} is damaged: {record.error}"
     traces = [f"{layer} · {name}" for layer, name in traced_linears(events)]
     update["traces"] = traces
     return update

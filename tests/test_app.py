@@ -22,6 +22,7 @@ from app import compare_tab, forms, run_tab, runs_tab, sweep_tab
 from app.jobs import SESSIONS, DeviceQueue, device_queue
 from app.run_tab import cancel_message, run_stream
 from toolkit.api import RunConfig, list_runs
+from toolkit.errors import ToolkitError
 from toolkit.sparsity import NM, Structured
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,8 +72,10 @@ def test_form_to_config() -> None:
     assert config.eval_windows == 2 and config.out_dir == "runs"
     structured = forms.to_config(settings(pattern="structured", percent=30), "runs")
     assert structured.sparsity == Structured(0.3) and structured.compression.kind == "structured"
-    assert forms.to_config(settings(model_path=" /some/dir ", protocol=forms.Protocol(evaluate=False)),
-                           "r").model == "/some/dir"
+    assert forms.to_config(settings(model_path=" org/some-model ", protocol=forms.Protocol(evaluate=False)),
+                           "r").model == "org/some-model"
+    with pytest.raises(ToolkitError, match="'/some/dir' does not exist"):  # checked before the run is queued
+        forms.to_config(settings(model_path="/some/dir"), "r")
     assert forms.pattern_labels("fista") == ["unstructured", "n:m"]
 
 
@@ -126,7 +129,7 @@ def test_run_streams_progress_then_result_and_downloads(tmp_path: Path, monkeypa
 
 @pytest.mark.parametrize(("fields", "message"), [
     ({"pattern": "n:m", "nm": "3:7"}, "divisible by 7"),
-    ({"model": "nobody/not-a-model"}, "could not load model"),
+    ({"model": "nobody/not-a-model"}, "hub"),
 ])
 def test_refused_runs_are_messages_and_the_app_keeps_serving(tmp_path: Path, fields: dict, message: str) -> None:
     updates = drain(run_stream(settings(**fields), runs_dir=str(tmp_path), session="s2"))
@@ -218,11 +221,13 @@ def test_runs_table_survives_hand_edits(tmp_path: Path) -> None:
     weird = write_run(tmp_path, {"model": "tiny-llama", "method": "magnitude", "sparsity": "50%"})
     hand_edit(weird, "result.json", json.dumps({"ppl": "high", "achieved_sparsity": "half"}))
     table = runs_tab.runs_table(str(tmp_path))
-    assert "1 folder skipped" in table["message"] and len(table["rows"]) == 3
+    assert "3 damaged" in table["message"] and len(table["rows"]) == 4
     rows = {row[0]: row for row in table["rows"]}
     assert rows[good.name][3] == "a=1" and rows[good.name][6] == 25.0
     assert rows[odd.name][-1].startswith("damaged")
     assert rows[weird.name][5] is None and rows[weird.name][6] is None
+    assert rows[broken.name][-1].startswith("damaged: config.json is not valid JSON")
+    assert rows[weird.name][-1] == "damaged: result.json 'ppl' is a string, not an object"
 
 
 def test_replay_a_stored_run(tmp_path: Path) -> None:

@@ -41,9 +41,10 @@ def test_hand_edited_records(tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text("{")
-    assert [r.path for r in list_runs(tmp_path)] == [writer.path]
-    with pytest.raises(ToolkitError, match="not a readable run"):
-        open_run(broken)
+    assert {r.path: r.status for r in list_runs(tmp_path)} == {writer.path: "damaged", broken: "damaged"}
+    assert "config.json is not valid JSON" in open_run(broken).error
+    with pytest.raises(ToolkitError, match="not a run folder"):
+        open_run(tmp_path / "missing")
 
 
 def test_interrupted_run_detected(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from toolkit.engine_options import DEVICES_AUTO, FUSED
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import Event
 from toolkit.methods import METHODS, get_method
+from toolkit.preflight import check_model_source, check_text_source, check_window
 from toolkit.runs import SCHEMA, find_finished, list_runs, open_run
 from toolkit.sparsity import Target, Unstructured
 from toolkit.spec import TARGET_KINDS, Compression, QuantSpec, Unit, parse_compression
@@ -73,6 +74,8 @@ class RunConfig:
     task_limit: int | None = None  # the first N examples of each task; None = all
     task_data: str = AUTO  # auto | local | hub (see toolkit.zeroshot_tasks.resolve_tasks)
     generate: bool = False  # greedy continuations of the fixed prompts, dense and pruned
+    encoding: str = "utf-8"  # of --calib / --eval text files
+    threads: int | None = None  # intra-op CPU threads (None: torch's default); see toolkit.threads
 
     def __post_init__(self) -> None:
         spec = get_method(self.method)
@@ -85,8 +88,16 @@ class RunConfig:
                                "Q(W·diag s)/s needs 1/s folded into the preceding op, which a per-linear solve "
                                "cannot do; drop --save-model or quantize with rtn, gptq or awp")
         spec.make_config(self.options)
-        if self.nsamples < 1 or self.seqlen < 2 or self.eval_seqlen < 2:
-            raise ToolkitError("nsamples must be ≥ 1 and seqlen, eval-seqlen ≥ 2")
+        if self.threads is not None and self.threads < 1:
+            raise ToolkitError(f"--threads must be ≥ 1, got {self.threads}")
+        if self.nsamples < 1:
+            raise ToolkitError(f"--nsamples must be ≥ 1, got {self.nsamples}")
+        check_window(self.seqlen, None, "--seqlen")
+        check_window(self.eval_seqlen, self.eval_windows, "--eval-seqlen", "--eval-windows")
+        check_model_source(self.model)
+        check_text_source(self.calib, self.encoding)
+        if self.eval_data:
+            check_text_source(self.eval_data, self.encoding)
         if self.fused not in FUSED or self.error_windows < 1:
             raise ToolkitError(f"fused must be one of {', '.join(FUSED)} and error-windows ≥ 1")
         several = len([d for d in self.devices.split(",") if d.strip()]) > 1
@@ -133,11 +144,13 @@ class RunConfig:
         """
         data = self.to_dict()
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
-                         "devices", "compression", "schema", "generate"):
+                         "devices", "compression", "schema", "generate", "threads"):
             data.pop(volatile)
         if not self.tasks:
             for name in ("tasks", "task_limit", "task_data"):
                 data.pop(name)
+        if self.encoding == "utf-8":  # the default: runs from before the field existed match
+            data.pop("encoding")
         return data
 
 
@@ -235,12 +248,18 @@ def run(config: RunConfig, cancel: CancelToken | None = None) -> Iterator[Event]
 
 def evaluate_model(
     model: str | LoadedModel, *, data: str = "wiki", seq_len: int = 512, max_windows: int | None = None,
-    device: str = "auto",
+    device: str = "auto", encoding: str = "utf-8",
 ) -> tuple[float, dict[str, Any]]:
     """Perplexity of ``model`` (a name to load, or a model already loaded) on the test split of ``data``.
 
-    Returns (ppl, protocol). Raises :class:`ToolkitError` when ``seq_len`` exceeds the model's positions.
+    The same checks as a pruning run's evaluation, before the model loads (window of ≥ 2 tokens, ≥ 1
+    window, a readable model and text). Returns (ppl, protocol); raises :class:`ToolkitError` when
+    ``seq_len`` exceeds the model's positions.
     """
+    check_window(seq_len, max_windows)
+    if isinstance(model, str):
+        check_model_source(model)
+    check_text_source(data, encoding)
     from toolkit.checks import check_context
     from toolkit.data import eval_windows, load_tokens
     from toolkit.engine import resolve_device
@@ -248,10 +267,11 @@ def evaluate_model(
     from toolkit.models import load_model
     from toolkit.pipeline import bos_id
 
+    dev = resolve_device(device)
     loaded = load_model(model) if isinstance(model, str) else model
     check_context(loaded, seqlen=seq_len)
-    windows = eval_windows(load_tokens(data, "test", loaded.codec), seq_len, max_windows, bos_id(loaded))
-    value = perplexity(loaded.model, windows, resolve_device(device))
+    windows = eval_windows(load_tokens(data, "test", loaded.codec, encoding), seq_len, max_windows, bos_id(loaded))
+    value = perplexity(loaded.model, windows, dev)
     protocol = {"model": loaded.name, "model_label": loaded.label, "dataset": data, "split": "test",
                 "seqlen": seq_len, "windows": int(windows.shape[0]), "tokens": int(windows.numel())}
     return value, protocol

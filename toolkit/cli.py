@@ -1,7 +1,10 @@
 """The command line: ``python -m toolkit prune | eval | methods | runs``.
 
-A user's mistake prints one line starting with ``error:`` and exits with 2 (no traceback);
-a cancelled run (Ctrl-C) exits with 130 and is marked cancelled in the run store.
+A user's mistake prints one line starting with ``error:`` and exits with 2 (no traceback), before
+any model loads; a failure of the machine or a library (disk full, permission denied, out of
+memory, an unforeseen exception) prints one ``error:`` line and exits with 1, and the run store
+marks the run failed. ``--debug`` (or ``PRUNELAB_DEBUG=1``) shows the traceback instead. A
+cancelled run (Ctrl-C) exits with 130 and is marked cancelled in the run store.
 """
 
 from __future__ import annotations
@@ -10,9 +13,11 @@ import argparse
 import json
 import logging
 import math
+import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from toolkit.engine_options import FUSED, PROPAGATE, SEQUENTIAL
@@ -50,6 +55,8 @@ def _task_args(parser: argparse.ArgumentParser, limit_flag: str, what: str) -> N
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (sub-commands prune, eval, methods, runs)."""
     parser = argparse.ArgumentParser(prog="python -m toolkit", description="PruneLab: post-training pruning of LLMs")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of a failure instead of one error line (also PRUNELAB_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prune", help="prune a model and evaluate it")
     p.add_argument("--model", default="smollm2-135m", help="smollm2-135m | tiny-llama | DIR | FILE.gguf | HF id")
@@ -65,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seqlen", type=int, default=512)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval", default="wiki", help="evaluation text, or 'none'")
+    p.add_argument("--encoding", default="utf-8", help="encoding of --calib / --eval text files (e.g. latin-1)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for tensor ops (default: torch's, or $PRUNELAB_THREADS)")
     p.add_argument("--eval-seqlen", type=int, default=512)
     p.add_argument("--eval-windows", default=None, help="score only the first N windows (default: all)")
     p.add_argument("--eval-dense", action="store_true", help="also report the dense perplexity (cached)")
@@ -87,11 +97,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", default="auto",
                    help="prune layers concurrently on these devices, e.g. cuda:0,cuda:1 (needs --propagate dense; "
                         "auto: every GPU when there are several and the inputs are dense)")
+    _add_other_commands(sub)
+    return parser
+
+
+def _add_other_commands(sub: Any) -> None:
+    """The eval, generate, methods and runs sub-commands."""
     e = sub.add_parser("eval", help="perplexity of a model")
     e.add_argument("--model", default="smollm2-135m")
     e.add_argument("--data", default="wiki")
     e.add_argument("--seqlen", type=int, default=512)
     e.add_argument("--windows", default=None)
+    e.add_argument("--encoding", default="utf-8", help="encoding of a --data text file (e.g. latin-1)")
     e.add_argument("--device", default="auto")
     _task_args(e, "--limit", "zero-shot tasks")
     e.add_argument("--json", default=None, help="write perplexity, protocol and zero_shot to this file")
@@ -106,7 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--json", action="store_true")
     r = sub.add_parser("runs", help="list the run store")
     r.add_argument("--out", default="runs")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -115,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # `kill` (SIGTERM) cancels like Ctrl-C, so the run record is marked cancelled, not left "running"
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    debug = args.debug or os.environ.get("PRUNELAB_DEBUG", "") not in ("", "0")
     try:
         if args.command == "prune":
             return _prune(args)
@@ -131,15 +148,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RunCancelled, KeyboardInterrupt):
         print("cancelled: the run is marked cancelled and the model was not changed", file=sys.stderr)
         return 130
+    except Exception as exc:  # the edge: whatever the machine or a library raised becomes one line
+        if debug:
+            raise
+        print(f"error: {environment_message(exc)}", file=sys.stderr)
+        return 1
+
+
+def environment_message(exc: BaseException) -> str:
+    """One line saying what failed and what to do, for an exception that is not the user's input."""
+    import errno
+
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return "out of memory: lower --nsamples, --seqlen, --eval-seqlen or --batch-size, or use a smaller model"
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        if exc.errno == errno.ENOSPC:
+            return f"the disk is full{where}: free space or give another --out; the run is marked failed"
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return f"permission denied{where}: give a writable --out or fix the file's permissions"
+        return f"{exc.strerror or exc}{where}: check the path and the disk"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {first[:300]} (an unexpected failure; rerun with --debug for the traceback)"
 
 
 def _prune(args: argparse.Namespace) -> int:
     from toolkit.api import RunConfig, prune_model
     from toolkit.cli_view import ProgressView, layer_table
     from toolkit.methods import get_method
+    from toolkit.preflight import check_writable_file
     from toolkit.spec import parse_compression
+    from toolkit.threads import pick_threads
     from toolkit.zeroshot_tasks import parse_task_names
 
+    if args.json:
+        check_writable_file(args.json)  # now, not after the run
     eval_data = None if args.eval.lower() == "none" else args.eval
     sparsity = args.sparsity if args.sparsity is not None or args.quant is not None else "50%"
     compression = parse_compression(sparsity, args.quant, args.unit)  # parsed once, here at the edge
@@ -153,7 +196,7 @@ def _prune(args: argparse.Namespace) -> int:
         eval_seqlen=args.eval_seqlen, eval_windows=_windows(args.eval_windows), eval_dense=args.eval_dense,
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
         fused=args.fused, error_windows=args.error_windows, devices=args.devices,
-        out_dir=args.out or "runs", save_model=save_model,
+        out_dir=args.out or "runs", save_model=save_model, encoding=args.encoding, threads=pick_threads(args.threads),
         tasks=tuple(parse_task_names(args.tasks)) if args.tasks is not None else (), task_limit=args.task_limit,
         task_data=args.task_data, generate=args.generate,
     )
@@ -220,12 +263,20 @@ def _checkpoint_summary(checkpoint: dict[str, Any] | None) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from toolkit.api import evaluate_model
     from toolkit.cli_zeroshot import check_zero_shot_args
+    from toolkit.engine import resolve_device
     from toolkit.models import load_model
+    from toolkit.preflight import check_model_source, check_text_source, check_window, check_writable_file
 
     specs = check_zero_shot_args(args.tasks, args.limit, args.task_data)  # before any model loads
+    if args.json:
+        check_writable_file(args.json)
+    check_window(args.seqlen, _windows(args.windows))
+    check_model_source(args.model)
+    check_text_source(args.data, args.encoding)
+    resolve_device(args.device)  # an unusable device fails before the model loads
     loaded = load_model(args.model)  # once, for the perplexity and the tasks
     value, protocol = evaluate_model(loaded, data=args.data, seq_len=args.seqlen,
-                                     max_windows=_windows(args.windows), device=args.device)
+                                     max_windows=_windows(args.windows), device=args.device, encoding=args.encoding)
     print(f"ppl ({args.data}, seqlen {args.seqlen}, {protocol['windows']} windows, {protocol['tokens']} tokens): "
           f"{value:.3f}" if math.isfinite(value) else "ppl: not finite")
     zero_shot = _zero_shot(args, specs, loaded) if specs else None
@@ -298,9 +349,17 @@ def _methods(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> int:
     from toolkit.api import list_runs
 
-    for record in list_runs(args.out):
+    root = Path(args.out)
+    if not root.is_dir():
+        raise ToolkitError(f"run store {args.out!r} does not exist or is not a folder; pass --out with the folder "
+                           "given to `prune --out` (default: runs)")
+    records = list_runs(root)
+    if not records:
+        print(f"no runs in {args.out}")
+    for record in records:
         cfg, res = record.config, record.result or {}
-        ppl = ", ".join(f"{k} {v:.2f}" for k, v in res.get("ppl", {}).items())
-        print(f"{record.run_id:<48} {record.status:<11} {cfg.get('model', '?'):<14} {cfg.get('method', '?'):<10} "
+        ppl = ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} –" for k, v in res.get("ppl", {}).items())
+        status = f"damaged: {record.error}" if record.status == "damaged" else record.status
+        print(f"{record.run_id:<48} {status:<11} {cfg.get('model', '?'):<14} {cfg.get('method', '?'):<10} "
               f"{record.label:<8} {ppl}")
     return 0

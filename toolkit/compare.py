@@ -121,6 +121,8 @@ def check_comparable(records: Sequence[RunRecord]) -> None:
     for record in records:
         config = record.config if isinstance(record.config, dict) else {}
         models.setdefault(str(config.get("model", "?")), []).append(record.run_id)
+        if record.status == "damaged":
+            raise ToolkitError(f"run {record.run_id} is damaged ({record.error}); pick another run")
         if not record.mask_names():
             raise ToolkitError(f"run {record.run_id} has no stored masks (status {record.status}); pick another run")
     if len(models) > 1:

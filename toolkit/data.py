@@ -73,8 +73,13 @@ def _online_text(name: str, split: str) -> str:
     return "\n\n".join(texts) if name != "ptb" else " ".join(texts)
 
 
-def load_text(source: str, split: str) -> str:
-    """The text of ``source`` ("wiki", "wikitext2", "c4", "ptb" or a file path) for ``split``."""
+def load_text(source: str, split: str, encoding: str = "utf-8") -> str:
+    """The text of ``source`` ("wiki", "wikitext2", "c4", "ptb" or a file path read as ``encoding``) for ``split``.
+
+    A file that is binary or not in ``encoding`` raises :class:`ToolkitError` naming it and the byte.
+    """
+    from toolkit.preflight import decode_text
+
     if split not in ("train", "test"):
         raise ToolkitError(f"split must be train or test, got {split!r}")
     if source == EMBEDDED_TEXT:
@@ -83,7 +88,11 @@ def load_text(source: str, split: str) -> str:
         return _online_text(source, split)
     path = Path(source)
     if path.is_file():
-        return path.read_text(encoding="utf-8")
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise ToolkitError(f"cannot read text file {source!r} ({exc.strerror}); check its permissions") from None
+        return decode_text(raw, source, encoding)
     raise ToolkitError(
         f"unknown dataset {source!r}: use {', '.join(SOURCES)} or a path to a text file"
     )
@@ -103,9 +112,9 @@ def _token_cache(source: str, text: str, codec: TextCodec) -> Path | None:
     return cache_dir() / "tokens" / f"{key}.npy"
 
 
-def load_tokens(source: str, split: str, codec: TextCodec) -> Tensor:
+def load_tokens(source: str, split: str, codec: TextCodec, encoding: str = "utf-8") -> Tensor:
     """The split tokenized once without special tokens, as int64 (embedded text cached on disk)."""
-    text = load_text(source, split)
+    text = load_text(source, split, encoding)
     cache = _token_cache(source, text, codec)
     if cache is not None and cache.exists():
         return torch.from_numpy(np.load(cache, allow_pickle=False))

@@ -65,9 +65,16 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ToolkitError("--device cuda was asked for but no CUDA device is available; use --device cpu")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError:
         raise ToolkitError(f"unknown device {name!r}; use auto, cpu or cuda") from None
+    if device.type != "cpu":
+        try:  # torch.device("mps") parses on any build; only an allocation tells whether it is usable
+            torch.empty(1, device=device)
+        except (RuntimeError, AssertionError) as exc:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0].split(". ")[0][:160]
+            raise ToolkitError(f"device {name!r} is not usable here ({first}); use --device auto or cpu") from None
+    return device
 
 
 def check_targets(model: nn.Module, spec: MethodSpec, compression: Compression | Target) -> list[str]:

@@ -146,6 +146,18 @@ def _compressed_tensors(path: Path) -> str:
     return str(quant.get("format", "")) if quant.get("quant_method") == "compressed-tensors" else ""
 
 
+def _load_local(path: Path, trust_remote_code: bool) -> LoadedModel:
+    """A .gguf file or checkpoint folder; what transformers refuses becomes one line saying what to do."""
+    try:
+        return _load_gguf(path) if path.suffix == ".gguf" else _load_dir(path, trust_remote_code)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        if isinstance(exc, ToolkitError):
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise ToolkitError(f"could not load model {str(path)!r} ({type(exc).__name__}: {first[:300]}); check that "
+                           "the folder or file is a complete checkpoint of a causal language model") from None
+
+
 def _load_gguf(path: Path) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -185,10 +197,15 @@ def _load_hub(name: str, trust_remote_code: bool) -> LoadedModel:
         )
         codec = HFCodec(AutoTokenizer.from_pretrained(name, local_files_only=local_only))
     except (OSError, ValueError) as exc:
-        where = "the local Hugging Face cache (the hub is not reachable)" if local_only else "the Hugging Face hub"
+        if local_only:
+            raise ToolkitError(
+                f"model {name!r} is not a local folder or file, and as a Hugging Face hub id it needs the hub, which "
+                f"is not reachable (and it is not in the local cache); go online once, or use {EMBEDDED!r}, a local "
+                "checkpoint folder or a .gguf file"
+            ) from None
         raise ToolkitError(
-            f"could not load model {name!r} from {where} ({str(exc).splitlines()[0]}). "
-            f"Offline, use the embedded {EMBEDDED!r}, a local checkpoint directory or a .gguf file"
+            f"could not load model {name!r} from the Hugging Face hub ({str(exc).splitlines()[0]}); check the id "
+            f"(e.g. facebook/opt-125m), or use {EMBEDDED!r}, a local checkpoint folder or a .gguf file"
         ) from None
     return LoadedModel(model, codec, name, f"{name} (Hugging Face hub)")
 
@@ -199,26 +216,20 @@ def load_model(name: str = EMBEDDED, *, trust_remote_code: bool = False) -> Load
     The model comes back in float32, in eval mode, on the CPU (the engine moves one layer at a
     time to the device). Raises :class:`ToolkitError` with what to do for an unknown name.
     """
+    from toolkit.preflight import check_model_source
+
     name = (name or "").strip()
     if not name:
         raise ToolkitError(f"no model given: use {EMBEDDED!r}, a local directory, a .gguf file or a hub id")
+    check_model_source(name)  # what can be told from the files, before any weights are read
     if name == EMBEDDED:
         loaded = _load_embedded()
     elif name.startswith("tiny-"):
         loaded = _load_tiny(name.removeprefix("tiny-"))
-    elif name.endswith(".gguf"):
-        if not Path(name).is_file():
-            raise ToolkitError(f"GGUF file {name!r} does not exist")
-        loaded = _load_gguf(Path(name))
-    elif Path(name).is_dir():
-        loaded = _load_dir(Path(name), trust_remote_code)
-    elif name.count("/") == 1 and not name.startswith((".", "/")):
-        loaded = _load_hub(name, trust_remote_code)
+    elif name.endswith(".gguf") or Path(name).expanduser().is_dir():
+        loaded = _load_local(Path(name).expanduser(), trust_remote_code)
     else:
-        raise ToolkitError(
-            f"unknown model {name!r}: use {EMBEDDED!r}, tiny-llama, a local checkpoint directory, "
-            "a .gguf file or a Hugging Face id like facebook/opt-125m"
-        )
+        loaded = _load_hub(name, trust_remote_code)
     loaded.model.eval()
     config: Any = loaded.model.config  # a transformers PretrainedConfig
     if hasattr(config, "use_cache"):

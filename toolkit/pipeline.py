@@ -21,6 +21,7 @@ from toolkit.export import save_checkpoint
 from toolkit.methods import MethodSpec, get_method
 from toolkit.methods.base import Scope
 from toolkit.models import LoadedModel, decoder_layers, load_model
+from toolkit.preflight import check_writable_dir
 from toolkit.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl, versions
 from toolkit.quant import QuantState
 from toolkit.quant_checkpoint import StateCollector, check_savable, save_run_checkpoint
@@ -67,8 +68,14 @@ def execute(config: Any, emit: Callable[[Event], None], cancel: Any, on_progress
     Bad input raises :class:`ToolkitError` before the run store is touched; once the run is
     recorded, any failure is recorded too (RunFailed, status failed/cancelled) and re-raised.
     """
+    check_writable_dir(config.out_dir)  # before the model loads: a read-only --out fails now, not after the run
     run = prepare(config)
-    writer = RunWriter(config.out_dir, config.to_dict())
+    try:
+        writer = RunWriter(config.out_dir, config.to_dict())
+    except OSError as exc:
+        raise ToolkitError(f"cannot create the run record in {config.out_dir!r} ({exc.strerror or exc}); "
+                           "free disk space or give another --out") from None
+    stage = Stage()
     ticks = ProgressEvents(emit, on_progress or (lambda stage, done, total: None), lambda: cancel.cancelled)
 
     def record(event: Event) -> None:
@@ -76,16 +83,33 @@ def execute(config: Any, emit: Callable[[Event], None], cancel: Any, on_progress
         emit(event)
 
     try:
-        return _run(config, run, writer, record, ticks)
+        return _run(config, run, writer, record, ticks, stage)
     except BaseException as exc:
+        cancelled = isinstance(exc, RunCancelled | KeyboardInterrupt)
         message = _failure_message(exc, run.device)
+        if stage.compressed:  # never lose a finished compression to a later step
+            kept = " and the model" if config.save_model and stage.name == "evaluation" else ""
+            message = (f"{stage.name} {'cancelled' if cancelled else 'failed'} after the compression finished "
+                       f"({message}); the masks{kept} are saved in {writer.path}")
         try:
-            record(RunFailed(error=message, cancelled=isinstance(exc, RunCancelled | KeyboardInterrupt)))
+            record(RunFailed(error=message, cancelled=cancelled))
+        except OSError:
+            pass  # the disk that failed the run cannot take its last event; status.json still says why
         finally:
-            writer.fail(message, isinstance(exc, RunCancelled | KeyboardInterrupt))
-        if isinstance(exc, torch.OutOfMemoryError):
+            writer.fail(message, cancelled, keep_result=stage.compressed)
+        if cancelled:
+            raise
+        if stage.compressed or isinstance(exc, torch.OutOfMemoryError):
             raise ToolkitError(message) from None
         raise
+
+
+@dataclass
+class Stage:
+    """Where a run is: the step under way, and whether the compression (masks, weights) is complete."""
+
+    name: str = "loading"
+    compressed: bool = False
 
 
 def prepare(config: Any) -> Prepared:
@@ -97,6 +121,8 @@ def prepare(config: Any) -> Prepared:
                               error_windows=config.error_windows, devices=config.devices)
     device = resolve_device(config.device)
     tasks = resolve_tasks(config.tasks, config.task_data) if config.tasks else ()  # before the model loads
+    if config.threads:
+        torch.set_num_threads(config.threads)
     loaded = load_model(config.model)
     check_context(loaded, config.seqlen, config.eval_seqlen if config.eval_data else None)
     linears = check_targets(loaded.model, spec, config.compression)
@@ -104,13 +130,14 @@ def prepare(config: Any) -> Prepared:
         check_savable(loaded.model, config.quant)
     bos = bos_id(loaded)
     calib = CalibSpec(config.calib, config.nsamples, config.seqlen, config.seed)
-    calibration = calibration_windows(load_tokens(config.calib, "train", loaded.codec), calib, bos)
+    calibration = calibration_windows(load_tokens(config.calib, "train", loaded.codec, config.encoding), calib, bos)
     test = None
     if config.eval_data:
-        test = eval_windows(load_tokens(config.eval_data, "test", loaded.codec), config.eval_seqlen,
+        test = eval_windows(load_tokens(config.eval_data, "test", loaded.codec, config.encoding), config.eval_seqlen,
                             config.eval_windows, bos)
     protocol = {
         "model_label": loaded.label,
+        "threads": torch.get_num_threads(),
         "calibration": {"source": calib.source, "split": "train", "nsamples": calib.num_samples,
                         "seqlen": calib.seq_len, "seed": calib.seed, "tokens": int(calibration.numel())},
         "evaluation": None if test is None else {
@@ -124,19 +151,23 @@ def prepare(config: Any) -> Prepared:
 
 
 def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event], None],
-         ticks: ProgressEvents) -> dict[str, Any]:
-    """RunStarted, dense evaluation, compression, pruned perplexity, checkpoint, result, pruned extras, RunFinished.
+         ticks: ProgressEvents, stage: Stage) -> dict[str, Any]:
+    """RunStarted, dense evaluations, compression, checkpoint and result.json, pruned evaluations, RunFinished.
 
-    result.json is written before the pruned zero-shot and generations, whose failure becomes a
-    warning and an ``error`` in their result entries: the finished pruning is never lost.
+    The checkpoint and a result.json without perplexity are written before the pruned perplexity, so
+    an evaluation that fails (or is cancelled) leaves the compression on disk (``stage.compressed``);
+    the pruned zero-shot and generations come last, and their failure becomes a warning and an
+    ``error`` in their result entries.
     """
     model = run.loaded.model
     record(RunStarted(run_id=writer.run_id, model=run.loaded.name, method=run.spec.name,
                       sparsity=config.compression.label, options=dataclasses.asdict(run.method_cfg),
                       protocol=run.protocol, num_layers=len(decoder_layers(model)), linears=run.linears,
                       device=str(run.device), compression=config.compression.to_dict()))
+    stage.name = "dense evaluation"
     dense_ppl = _dense_eval(config, run, record, ticks)
     dense = _dense_extras(config, run, record, ticks)
+    stage.name = "compression"
     before = linear_shapes(model)
     collected = StateCollector() if config.save_model and config.quant is not None else None
 
@@ -153,25 +184,28 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
     result = prune_layers(model, run.calibration, run.spec, config.compression, run.method_cfg,
                           cfg=run.engine_cfg, emit=record, cancelled=ticks.cancelled,
                           on_mask=on_mask, on_quant=on_quant, on_structure=writer.structure)
-    ppl: dict[str, float] = {}
+    stage.name, stage.compressed = "saving the checkpoint", True
+    accounting = account(model, before, result.kept, result.quant)
+    checkpoint = _save(config, run, writer, collected)
+    if checkpoint is not None:
+        accounting = dataclasses.replace(accounting, checkpoint_bytes=int(checkpoint["bytes"]))
+    ppl: dict[str, float] = {}  # the summary holds this dict: filled below, after result.json was written
+    summary = _result(config, run, result, accounting, ppl, dense_ppl)
+    summary.update(run_id=writer.run_id, run_dir=str(writer.path), checkpoint=checkpoint)
+    writer.write_result(summary)
+    stage.name = "evaluation"
     if run.test is not None:
         ppl[config.eval_data] = _eval(run.loaded, run.test, run.device, ticks.callback("pruned", "perplexity"),
                                       ticks.cancelled)
         record(EvalPoint(dataset=config.eval_data, which="pruned", ppl=ppl[config.eval_data],
                          seq_len=config.eval_seqlen, windows=int(run.test.shape[0]), tokens=int(run.test.numel())))
-    accounting = account(model, before, result.kept, result.quant)
-    checkpoint = _save(config, run, writer, collected)
-    if checkpoint is not None:
-        accounting = dataclasses.replace(accounting, checkpoint_bytes=int(checkpoint["bytes"]))
-    summary = _result(config, run, result, accounting, ppl, dense_ppl)
-    summary.update(run_id=writer.run_id, run_dir=str(writer.path), checkpoint=checkpoint)
-    writer.write_result(summary)
     summary.update(_pruned_extras(config, run, record, ticks, dense))
     record(RunFinished(achieved_sparsity=accounting.sparsity, prune_seconds=result.seconds, ppl=ppl,
                        dense_ppl=dense_ppl, params_before=accounting.params_before,
                        params_after=accounting.params_after, nonzeros_kept=accounting.nonzeros_kept,
                        bits_per_weight=accounting.bits_per_weight, estimated_bytes=accounting.estimated_bytes,
                        checkpoint_bytes=accounting.checkpoint_bytes))
+    summary["peak_rss_mb"] = peak_rss_mb()  # evaluation included
     writer.finish(summary)
     return summary
 
@@ -205,6 +239,9 @@ def _failure_message(exc: BaseException, device: torch.device) -> str:
                 "or use --device cpu")
     if isinstance(exc, RunCancelled | KeyboardInterrupt):
         return "cancelled"
+    if isinstance(exc, OSError):
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}: free disk space, fix the permissions or give another --out"
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text if isinstance(exc, ToolkitError) else f"{type(exc).__name__}: {text}"
 

@@ -18,16 +18,20 @@ quant, unit) so readers never parse strings; schema-1 runs (no ``schema`` field,
 text once, and they simply have no ``quant/`` or ``structure.json``.
 
 A run that died without a word (killed process) keeps ``running`` with a pid that no longer
-exists: it is reported as ``interrupted``. Nothing here unpickles: masks and quantization states
-load with ``allow_pickle=False``.
+exists (or none usable): it is reported as ``interrupted``. Every reader is total: a damaged file
+(:mod:`toolkit.run_schema`) makes that one record ``damaged`` with the reason as its error, and a
+failed run whose compression finished keeps its result.json and masks. Nothing here unpickles:
+masks and quantization states load with ``allow_pickle=False``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import time
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +41,17 @@ import numpy as np
 
 from toolkit.errors import ToolkitError
 from toolkit.events import Event, event_from_dict
+from toolkit.run_schema import (
+    WRITTEN_STATUSES,
+    check_config,
+    check_finished,
+    check_result,
+    check_status,
+    live_pid,
+    read_json,
+)
 
-STATUSES = ("running", "finished", "failed", "cancelled", "interrupted")
+STATUSES = (*WRITTEN_STATUSES, "interrupted", "damaged")  # the last two are read, never written
 SCHEMA = 2  # the layout this module writes; readers accept 1 and 2
 
 
@@ -79,6 +92,7 @@ class RunWriter:
         (self.path / "masks").mkdir(parents=True)
         self.run_id = run_id
         self._structure: list[dict[str, Any]] = []
+        self.masks_written = 0
         _write_json(self.path / "config.json", {**config, "schema": SCHEMA})
         self._status("running")
         self._events = open(self.path / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115 - closed in finish/fail
@@ -96,6 +110,7 @@ class RunWriter:
         keep = np.asarray(keep_mask, dtype=bool)
         np.savez(self.path / "masks" / _mask_file(layer, name), bits=np.packbits(keep.ravel()),
                  shape=np.array(keep.shape))
+        self.masks_written += 1
 
     def quant(self, layer: int, name: str, state: StoredQuant) -> None:
         """Store a linear's quantization state (codes, scales, zeros and the grid) beside its mask."""
@@ -111,8 +126,8 @@ class RunWriter:
         _write_json(self.path / "structure.json", {"schema": SCHEMA, "changes": self._structure})
 
     def write_result(self, result: dict[str, Any]) -> None:
-        """Write result.json while the run goes on (the pruning is done; evaluations of it may follow)."""
-        _write_json(self.path / "result.json", {**result, "schema": SCHEMA})
+        """Write result.json (what the compression did; the status still says whether the run finished)."""
+        _write_json(self.path / "result.json", {**result, "masks": self.masks_written, "schema": SCHEMA})
 
     def finish(self, result: dict[str, Any]) -> None:
         """Write result.json, then mark the run finished."""
@@ -120,32 +135,52 @@ class RunWriter:
         self.write_result(result)
         self._status("finished")
 
-    def fail(self, error: str, cancelled: bool) -> None:
-        """Mark the run failed or cancelled; remove anything that would claim success."""
+    def fail(self, error: str, cancelled: bool, keep_result: bool = False) -> None:
+        """Mark the run failed or cancelled; remove anything that would claim success.
+
+        ``keep_result`` keeps a result.json written after the compression finished (a later step such as
+        evaluation failed). Best effort when the disk is full: status.json is written in place if the
+        atomic write fails, and a reader tells a dead writer's ``running`` as ``interrupted``.
+        """
         if not self._events.closed:
-            self._events.close()
-        for leftover in ("result.json",):
-            (self.path / leftover).unlink(missing_ok=True)
-        self._status("cancelled" if cancelled else "failed", error)
+            with contextlib.suppress(OSError):  # the tail could not be flushed (disk full): the reader flags it
+                self._events.close()
+        if not keep_result:
+            (self.path / "result.json").unlink(missing_ok=True)
+        status = "cancelled" if cancelled else "failed"
+        try:
+            self._status(status, error)
+        except OSError:
+            (self.path / "status.tmp").unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # nothing can be written: the dead pid then reads as interrupted
+                (self.path / "status.json").write_text(json.dumps({"status": status, "error": error[:200]}))
 
 
 def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
-    tmp.replace(path)  # atomic: a reader never sees half a file
-
-
-def _key(file: Path) -> tuple[int, str]:
-    layer, name = file.stem.split("__", 1)
-    return int(layer[1:]), name
-
-
-def _pid_alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+        tmp.replace(path)  # atomic: a reader never sees half a file
     except OSError:
-        return False
-    return True
+        tmp.unlink(missing_ok=True)  # no half-written leftover (e.g. disk full)
+        raise
+
+
+def _keys(folder: Path) -> list[tuple[int, str]]:
+    """(layer, linear) of every ``L<layer>__<linear>.npz`` in ``folder``; other names are not ours and are left out."""
+    keys = []
+    for file in _mask_files(folder.parent, folder.name):
+        layer, name = file.stem.split("__", 1)
+        if layer[1:].isdigit() and name:
+            keys.append((int(layer[1:]), name))
+    return sorted(keys)
+
+
+def _mask_files(path: Path, kind: str = "masks") -> list[Path]:
+    try:
+        return sorted(file for file in (path / kind).glob("L*__*.npz") if file.is_file())
+    except OSError:
+        return []
 
 
 @dataclass
@@ -182,6 +217,8 @@ class RunRecord:
         if isinstance(stored, dict):
             return stored
         text = config.get("sparsity")
+        if text is None:  # a damaged record (its config unread) or a foreign folder
+            return {"label": "?", "kind": "unknown", "sparsity": None, "quant": None, "unit": None}
         from toolkit.spec import parse_compression
 
         try:
@@ -203,23 +240,28 @@ class RunRecord:
         from toolkit.events import RunWarning
 
         path = self.path / "events.jsonl"
-        if not path.exists():
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
             return
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        except OSError as exc:
+            yield RunWarning(message=f"events.jsonl is not readable ({exc.strerror or exc})")
+            return
+        for number, line in enumerate(raw.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                yield event_from_dict(json.loads(line))
-            except (ValueError, TypeError, KeyError) as exc:
+                yield event_from_dict(json.loads(line.decode("utf-8")))
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 yield RunWarning(message=f"events.jsonl line {number} unreadable: {exc}")
 
     def mask_names(self) -> list[tuple[int, str]]:
         """(layer, linear) of every stored keep-mask, sorted."""
-        return [_key(file) for file in sorted((self.path / "masks").glob("L*__*.npz"))]
+        return _keys(self.path / "masks")
 
     def quant_names(self) -> list[tuple[int, str]]:
         """(layer, linear) of every stored quantization state, sorted (none in schema-1 runs)."""
-        return [_key(file) for file in sorted((self.path / "quant").glob("L*__*.npz"))]
+        return _keys(self.path / "quant")
 
     def load_quant(self, layer: int, name: str) -> StoredQuant:
         """The stored quantization state of one linear."""
@@ -231,7 +273,7 @@ class RunRecord:
                 return StoredQuant(codes=data["codes"], scales=data["scales"], zeros=data["zeros"],
                                    bits=int(data["bits"]), group_size=int(data["group_size"]),
                                    symmetric=bool(data["symmetric"]))
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:
             raise ToolkitError(f"run {self.run_id}: quantization file {file.name} is damaged ({exc})") from None
 
     def structure(self) -> list[dict[str, Any]]:
@@ -242,6 +284,8 @@ class RunRecord:
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
             changes = data["changes"]
+            if not isinstance(changes, list) or not all(isinstance(c, dict) for c in changes):
+                raise TypeError("'changes' is not a list of objects")
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ToolkitError(f"run {self.run_id}: structure.json is damaged ({exc})") from None
         return list(changes)
@@ -254,47 +298,66 @@ class RunRecord:
         try:
             with np.load(file, allow_pickle=False) as data:
                 shape = tuple(int(s) for s in data["shape"])
-                bits = np.unpackbits(data["bits"], count=int(np.prod(shape)))
-        except (OSError, ValueError, KeyError) as exc:
-            raise ToolkitError(f"run {self.run_id}: mask file {file.name} is damaged ({exc})") from None
+                packed = data["bits"]
+                size = int(np.prod(shape))
+                if len(shape) != 2 or min(shape) < 0 or packed.dtype != np.uint8 or packed.ndim != 1 \
+                        or packed.size != (size + 7) // 8:
+                    raise ValueError(f"{packed.size} packed bytes do not hold an (out, in) mask of shape {shape}")
+                bits = np.unpackbits(packed, count=size)
+        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:
+            raise ToolkitError(f"run {self.run_id}: mask file {file.name} is damaged ({exc}); "
+                               "the run's masks cannot be used, pick another run") from None
         return bits.astype(bool).reshape(shape)
 
 
 def open_run(path: str | Path) -> RunRecord:
-    """Read one run folder; a damaged record raises :class:`ToolkitError` saying which file."""
+    """Read one run folder; never raises for a damaged one (STYLE: readers are total).
+
+    A file that is missing, truncated, not UTF-8, not JSON, of the wrong type or unreadable makes the
+    record ``damaged`` with the reason in :attr:`RunRecord.error` (:mod:`toolkit.run_schema`). Raises
+    :class:`ToolkitError` only when ``path`` is not a folder at all.
+    """
     path = Path(path)
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        status_data = json.loads((path / "status.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ToolkitError(f"{path} is not a readable run ({exc}); delete it or restore its files") from None
-    status = str(status_data.get("status", "failed"))
-    if status not in STATUSES:
-        status = "failed"
-    if status == "running" and not _pid_alive(int(status_data.get("pid", -1))):
-        status = "interrupted"
+    if not path.is_dir():
+        raise ToolkitError(f"{path} is not a run folder (missing, or a file); press Refresh or pick another run")
+    config, why = read_json(path / "config.json")
+    why = why or check_config(config)
+    if why:
+        return RunRecord(path=path, config={}, status="damaged", error=why, result=None)
+    status_data, why = read_json(path / "status.json")
+    why = why or check_status(status_data)
+    if why:
+        return RunRecord(path=path, config=config, status="damaged", error=why, result=None)
+    status, error = status_data["status"], status_data.get("error", "")
+    if status == "running":
+        alive = live_pid(status_data)
+        if not alive:
+            status = "interrupted"
+            error = error or ("the process that wrote it is gone" if alive is False
+                              else "status.json names no live process (no valid pid)")
     result = None
-    if status == "finished":
-        try:
-            result = json.loads((path / "result.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            status = "failed"
-    return RunRecord(path=path, config=config, status=status, error=str(status_data.get("error", "")), result=result)
+    if status == "finished" or (status in ("failed", "cancelled") and (path / "result.json").exists()):
+        result, why = read_json(path / "result.json")
+        why = why or check_result(result)
+        if not why and status == "finished":
+            why = check_finished(path, result, len(_mask_files(path)))
+        if why:
+            return RunRecord(path=path, config=config, status="damaged", error=why, result=None)
+    return RunRecord(path=path, config=config, status=status, error=error, result=result)
 
 
 def list_runs(root: str | Path = "runs") -> list[RunRecord]:
-    """Every readable run under ``root``, newest first (unreadable folders are skipped)."""
+    """Every run folder under ``root``, newest first; a damaged one is a ``damaged`` record, never an error.
+
+    Files (not folders) under ``root`` are not runs and are left out; a ``root`` that does not exist
+    or cannot be listed gives an empty list (the CLI says why before calling this).
+    """
     root = Path(root)
-    if not root.is_dir():
+    try:
+        folders = sorted((p for p in root.iterdir() if p.is_dir()), reverse=True)
+    except OSError:
         return []
-    records = []
-    for path in sorted(root.iterdir(), reverse=True):
-        if path.is_dir():
-            try:
-                records.append(open_run(path))
-            except ToolkitError:
-                continue
-    return records
+    return [open_run(path) for path in folders]
 
 
 def find_finished(root: str | Path, key: dict[str, Any]) -> RunRecord | None:
