@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.engine_options import DEVICES_AUTO, FUSED
+from toolkit.engine_options import DEVICES_AUTO, FORWARD_DTYPES, FUSED
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import Event
 from toolkit.methods import METHODS, get_method
@@ -63,6 +63,9 @@ class RunConfig:
     fused: str = "auto"  # sequential=group as one pass per layer: auto | on | off (same numbers, faster)
     error_windows: int = 4  # calibration windows behind the layer output error (see EngineConfig)
     devices: str = "auto"  # layers pruned concurrently on these devices, e.g. "cuda:0,cuda:1" (propagate=dense)
+    forward_dtype: str = "fp32"  # "bf16": layer forward passes under bf16 autocast, statistics in float32
+    distributed: bool = False  # layers solved on the ranks of a torchrun job (propagate=dense)
+    dist_timeout: float = 1800.0  # seconds a rank waits for another before the run fails (--distributed)
     out_dir: str = "runs"
     save_model: bool = False
 
@@ -80,8 +83,23 @@ class RunConfig:
         several = len([d for d in self.devices.split(",") if d.strip()]) > 1
         if self.devices != DEVICES_AUTO and several and (self.propagate or spec.propagate) != "dense":
             raise ToolkitError("parallel layer pruning (--devices with several devices) needs --propagate dense")
+        if self.forward_dtype not in FORWARD_DTYPES:
+            raise ToolkitError(f"forward-dtype must be one of {', '.join(FORWARD_DTYPES)}, got {self.forward_dtype!r}")
+        self._check_distributed(spec, several)
         if self.eval_windows is not None and self.eval_windows < 1:
             raise ToolkitError("eval-windows must be ≥ 1 (leave it out for all windows)")
+
+    def _check_distributed(self, spec: Any, several_devices: bool) -> None:
+        if not self.distributed:
+            return
+        if (self.propagate or spec.propagate) != "dense":
+            raise ToolkitError("--distributed needs --propagate dense (with pruned inputs each layer waits for the last)")
+        if spec.scope.value != "linear":
+            raise ToolkitError(f"--distributed runs linear-scope methods; {spec.name} prunes whole blocks")
+        if several_devices:
+            raise ToolkitError("--distributed and --devices with several devices exclude each other: one device a rank")
+        if not self.dist_timeout > 0:
+            raise ToolkitError(f"--dist-timeout must be > 0 seconds, got {self.dist_timeout}")
 
     @property
     def compression(self) -> Compression:
@@ -108,8 +126,10 @@ class RunConfig:
         """
         data = self.to_dict()
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
-                         "devices", "compression", "schema"):
+                         "devices", "compression", "schema", "distributed", "dist_timeout"):
             data.pop(volatile)
+        if data["forward_dtype"] == "fp32":  # runs from before the option ran in float32
+            data.pop("forward_dtype")
         return data
 
 

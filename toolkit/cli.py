@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from toolkit.engine_options import FUSED, PROPAGATE, SEQUENTIAL
+from toolkit.engine_options import FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL
 from toolkit.errors import RunCancelled, ToolkitError
 
 
@@ -75,6 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", default="auto",
                    help="prune layers concurrently on these devices, e.g. cuda:0,cuda:1 (needs --propagate dense; "
                         "auto: every GPU when there are several and the inputs are dense)")
+    p.add_argument("--forward-dtype", default="fp32", choices=FORWARD_DTYPES,
+                   help="bf16: the layers' forward passes in bfloat16 (statistics and solves stay float32); "
+                        "falls back to fp32 with a warning where the device has no bf16")
+    p.add_argument("--distributed", action="store_true",
+                   help="solve the layers on the ranks of `torchrun --nproc-per-node N -m toolkit prune …` "
+                        "(needs --propagate dense)")
+    p.add_argument("--dist-timeout", type=float, default=1800.0,
+                   help="seconds a rank waits for another before the distributed run fails")
     e = sub.add_parser("eval", help="perplexity of a model")
     e.add_argument("--model", default="smollm2-135m")
     e.add_argument("--data", default="wiki")
@@ -127,8 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from toolkit.api import RunConfig, prune_model
-    from toolkit.cli_view import ProgressView, layer_table
+    from toolkit.api import RunConfig
     from toolkit.spec import parse_compression
 
     eval_data = None if args.eval.lower() == "none" else args.eval
@@ -140,9 +147,21 @@ def _prune(args: argparse.Namespace) -> int:
         calib=args.calib, nsamples=args.nsamples, seqlen=args.seqlen, seed=args.seed, eval_data=eval_data,
         eval_seqlen=args.eval_seqlen, eval_windows=_windows(args.eval_windows), eval_dense=args.eval_dense,
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
-        fused=args.fused, error_windows=args.error_windows, devices=args.devices,
+        fused=args.fused, error_windows=args.error_windows, devices=args.devices, forward_dtype=args.forward_dtype,
+        distributed=args.distributed, dist_timeout=args.dist_timeout,
         out_dir=args.out or "runs", save_model=args.save_model or args.out is not None,
     )
+    if config.distributed:
+        from toolkit.cli_distributed import prune_distributed
+
+        return prune_distributed(config, lambda: _prune_here(config, args.json))
+    return _prune_here(config, args.json)
+
+
+def _prune_here(config: Any, json_path: str | None) -> int:
+    from toolkit.api import prune_model
+    from toolkit.cli_view import ProgressView, layer_table
+
     view = ProgressView()
     try:
         result = prune_model(config, on_event=view.on_event, on_progress=view.on_progress)
@@ -150,17 +169,17 @@ def _prune(args: argparse.Namespace) -> int:
         view.close()
     print(layer_table(result))
     _summary(result)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=2)
-        print(f"result written to {args.json}")
+    if json_path:
+        _write_json(json_path, result)
     return 0
 
 
 def _summary(result: dict[str, Any]) -> None:
     print(f"method {result['method']}  compression {result['compression']['label']}  "
           f"achieved sparsity {result['achieved_sparsity']:.4f}  prune {result['prune_seconds']:.1f} s  "
-          f"peak RSS {result['peak_rss_mb']:.0f} MiB  device {result['device']}")
+          f"peak RSS {result['peak_rss_mb']:.0f} MiB")
+    peak = result.get("gpu_peak_mb")
+    print(f"ran on {result['devices']}  GPU memory peak {'n/a' if peak is None else f'{peak:.0f} MiB'}")
     acct = result["accounting"]
     on_disk = f"  checkpoint {acct['checkpoint_bytes'] / 2**20:.2f} MiB on disk" if acct["checkpoint_bytes"] else ""
     print(f"linear weights {acct['params_before']:,} → {acct['params_after']:,}  kept {acct['nonzeros_kept']:,}  "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import torch
 from toolkit.accounting import Accounting, account, folder_bytes, linear_shapes
 from toolkit.checks import check_context
 from toolkit.data import CalibSpec, calibration_windows, eval_windows, load_tokens
+from toolkit.device_report import devices_label, gpu_peak_mb, reset_gpu_peak, used_devices
 from toolkit.engine import EngineConfig, EngineResult, check_targets, prune_layers, resolve_device
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.evaluate import perplexity
@@ -81,9 +83,7 @@ def prepare(config: Any) -> Prepared:
     """Check the input, load the model, cut the calibration and evaluation windows."""
     spec = get_method(config.method)
     method_cfg = spec.make_config(config.options)
-    engine_cfg = EngineConfig(propagate=config.propagate, sequential=config.sequential,
-                              batch_size=config.batch_size, device=config.device, fused=config.fused,
-                              error_windows=config.error_windows, devices=config.devices)
+    engine_cfg = engine_config(config)
     device = resolve_device(config.device)
     loaded = load_model(config.model)
     check_context(loaded, config.seqlen, config.eval_seqlen if config.eval_data else None)
@@ -106,6 +106,13 @@ def prepare(config: Any) -> Prepared:
     return Prepared(spec, method_cfg, engine_cfg, device, loaded, linears, calibration, test, protocol)
 
 
+def engine_config(config: Any) -> EngineConfig:
+    """The engine options of a :class:`toolkit.api.RunConfig`."""
+    return EngineConfig(propagate=config.propagate, sequential=config.sequential, batch_size=config.batch_size,
+                        device=config.device, fused=config.fused, error_windows=config.error_windows,
+                        devices=config.devices, forward_dtype=config.forward_dtype, distributed=config.distributed)
+
+
 def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event], None], progress: Progress,
          cancel: Any) -> dict[str, Any]:
     """RunStarted, dense evaluation, compression, pruned evaluation, checkpoint, RunFinished."""
@@ -116,6 +123,8 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
                       device=str(run.device), compression=config.compression.to_dict()))
     dense_ppl = _dense_eval(config, run, record, progress, cancel)
     before = linear_shapes(model)
+    devices = used_devices(run.device, run.engine_cfg, config.propagate or run.spec.propagate)
+    reset_gpu_peak(devices)
     result = prune_layers(model, run.calibration, run.spec, config.compression, run.method_cfg,
                           cfg=run.engine_cfg, emit=record, cancelled=lambda: cancel.cancelled,
                           on_mask=lambda layer, name, keep: writer.mask(layer, name, keep.numpy()),
@@ -132,12 +141,15 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
         saved = save(model, run.loaded.codec, writer.path / "model")
         accounting = dataclasses.replace(accounting, checkpoint_bytes=folder_bytes(saved))
     summary = _result(config, run, result, accounting, ppl, dense_ppl)
-    summary.update(run_id=writer.run_id, run_dir=str(writer.path))
+    peak = gpu_peak_mb(devices, result.remote_gpu_peak_mb)
+    summary.update(run_id=writer.run_id, run_dir=str(writer.path), gpu_peak_mb=peak,
+                   devices=devices_label(run.device, run.engine_cfg, config.propagate or run.spec.propagate))
     record(RunFinished(achieved_sparsity=accounting.sparsity, prune_seconds=result.seconds, ppl=ppl,
                        dense_ppl=dense_ppl, params_before=accounting.params_before,
                        params_after=accounting.params_after, nonzeros_kept=accounting.nonzeros_kept,
                        bits_per_weight=accounting.bits_per_weight, estimated_bytes=accounting.estimated_bytes,
-                       checkpoint_bytes=accounting.checkpoint_bytes))
+                       checkpoint_bytes=accounting.checkpoint_bytes, devices=summary["devices"],
+                       gpu_peak_mb=math.nan if peak is None else peak))
     writer.finish(summary)
     return summary
 
