@@ -6,7 +6,7 @@ the machine's default thread settings (torchrun gives each rank OMP_NUM_THREADS=
 another; ``wall_seconds`` is the whole command (loading, evaluation and, under torchrun, the
 ranks' start), ``prune_seconds`` the engine's own time.
 
-    python benchmarks/bench_distributed.py --json benchmarks/results/cpu_distributed.jsonl
+    python benchmarks/bench_distributed.py --json benchmarks/results/cpu_distributed.jsonl [--eval-windows N]
 
 Lines: ``distributed`` (sparsegpt 50%, propagate dense: masks identical? ppl difference? times)
 and ``forward_dtype`` (wanda 50%: ppl and prune seconds in fp32 and bf16).
@@ -32,10 +32,13 @@ PROTOCOL = ["--model", "smollm2-135m", "--sparsity", "50%", "--calib", "wiki", "
             "--seed", "0", "--eval", "wiki", "--eval-seqlen", "512"]
 
 
+EVAL_WINDOWS: list[str] = []  # ["--eval-windows", "N"] from the command line; the JSON protocol says so
+
+
 def _cli(args: list[str], out: Path, name: str, launcher: list[str] | None = None) -> dict[str, Any]:
     """Run ``python -m toolkit prune`` (or under ``launcher``); the result dict plus the command's wall time."""
     result_file = out / f"{name}.json"
-    command = [*(launcher or [sys.executable]), "-m", "toolkit", "prune", *PROTOCOL, *args,
+    command = [*(launcher or [sys.executable]), "-m", "toolkit", "prune", *PROTOCOL, *EVAL_WINDOWS, *args,
                "--out", str(out / "runs"), "--json", str(result_file)]
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # the machine's defaults
     start = time.perf_counter()
@@ -88,10 +91,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("distributed", "forward_dtype"), default=None)
     parser.add_argument("--json", default=None, help="append the JSON lines to this file")
+    parser.add_argument("--eval-windows", type=int, default=None, help="score only the first N windows")
     args = parser.parse_args()
+    if args.eval_windows is not None:
+        EVAL_WINDOWS.extend(["--eval-windows", str(args.eval_windows)])
     out = Path(tempfile.mkdtemp(prefix="bench-distributed-"))
     try:
-        for bench in (distributed, forward_dtype):
+        for bench in (forward_dtype, distributed):
             if args.only in (None, bench.__name__):
                 line = json.dumps(bench(out))
                 print(line, flush=True)

@@ -34,7 +34,9 @@ def forward_precision(device: torch.device, dtype: torch.dtype | None) -> Iterat
     if dtype is None:
         yield
         return
-    with torch.autocast(device_type=device.type, dtype=dtype):
+    # no cast cache: the engine writes pruned weights between passes of one autocast region, and a cached
+    # bf16 copy of the dense weight would hide them (https://pytorch.org/docs/stable/amp.html#torch.autocast)
+    with torch.autocast(device_type=device.type, dtype=dtype, cache_enabled=False):
         yield
 
 
