@@ -74,13 +74,18 @@ def result_markdown(view: RunView) -> str:
     lines = ["| | dense | pruned |", "|---|---|---|", *_ppl_rows(view),
              f"| sparsity (achieved, from the keep-masks) | 0 | {_fmt(view.achieved_sparsity, '.2%')} |",
              *_accounting_rows(view),
-             f"| prune time | | {format_seconds(view.prune_seconds)} |"]
+             f"| prune time | | {format_seconds(view.prune_seconds)} |",
+             f"| ran on · GPU memory peak | | {view.devices or view.device} · {_gpu_peak(view.gpu_peak_mb)} |"]
     calibration = view.protocol.get("calibration") or {}
     if calibration:
         lines.append(f"\nCalibration: {calibration.get('nsamples')} × {calibration.get('seqlen')} tokens of "
                      f"{calibration.get('source')} (seed {calibration.get('seed')}) · device {view.device} · "
                      f"run `{view.run_id}`")
     return "\n".join(lines)
+
+
+def _gpu_peak(peak_mb: float) -> str:
+    return f"{peak_mb:.0f} MiB" if math.isfinite(peak_mb) else "n/a"
 
 
 def _accounting_rows(view: RunView) -> list[str]:

@@ -32,13 +32,10 @@ PROTOCOL = ["--model", "smollm2-135m", "--sparsity", "50%", "--calib", "wiki", "
             "--seed", "0", "--eval", "wiki", "--eval-seqlen", "512"]
 
 
-EVAL_WINDOWS: list[str] = []  # ["--eval-windows", "N"] from the command line; the JSON protocol says so
-
-
 def _cli(args: list[str], out: Path, name: str, launcher: list[str] | None = None) -> dict[str, Any]:
     """Run ``python -m toolkit prune`` (or under ``launcher``); the result dict plus the command's wall time."""
     result_file = out / f"{name}.json"
-    command = [*(launcher or [sys.executable]), "-m", "toolkit", "prune", *PROTOCOL, *EVAL_WINDOWS, *args,
+    command = [*(launcher or [sys.executable]), "-m", "toolkit", "prune", *PROTOCOL, *args,
                "--out", str(out / "runs"), "--json", str(result_file)]
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # the machine's defaults
     start = time.perf_counter()
@@ -52,9 +49,9 @@ def _masks(run_dir: str) -> dict[str, np.ndarray]:
     return {p.name: np.load(p)["bits"] for p in sorted(Path(run_dir, "masks").glob("*.npz"))}
 
 
-def distributed(out: Path) -> dict[str, Any]:
+def distributed(out: Path, protocol: list[str]) -> dict[str, Any]:
     """sparsegpt 50% with --propagate dense: one process against two gloo ranks."""
-    args = ["--method", "sparsegpt", "--propagate", "dense"]
+    args = [*protocol, "--method", "sparsegpt", "--propagate", "dense"]
     one = _cli(args, out, "one")
     torchrun = [str(Path(sys.executable).with_name("torchrun")), "--nproc-per-node", "2"]
     two = _cli([*args, "--distributed"], out, "two", launcher=torchrun)
@@ -71,12 +68,12 @@ def distributed(out: Path) -> dict[str, Any]:
             "cpu_cores": os.cpu_count(), "note": "machine shared", "protocol": one["protocol"]}
 
 
-def forward_dtype(out: Path) -> dict[str, Any]:
+def forward_dtype(out: Path, protocol: list[str]) -> dict[str, Any]:
     """wanda 50%: fp32 against bf16 forward passes."""
-    runs = {dtype: _cli(["--method", "wanda", "--forward-dtype", dtype], out, f"wanda-{dtype}")
+    runs = {dtype: _cli([*protocol, "--method", "wanda", "--forward-dtype", dtype], out, f"wanda-{dtype}")
             for dtype in ("fp32", "bf16")}
-    warnings = [json.loads(line)["message"] for line in Path(runs["bf16"]["run_dir"], "events.jsonl").open()
-                if json.loads(line)["type"] == "Warning"]
+    events = [json.loads(line) for line in Path(runs["bf16"]["run_dir"], "events.jsonl").read_text().splitlines()]
+    warnings = [event["message"] for event in events if event["type"] == "Warning"]
     fp32, bf16 = runs["fp32"], runs["bf16"]
     return {"benchmark": "forward_dtype", "run": "wanda@50%", "model": "smollm2-135m",
             "ppl_fp32": fp32["ppl"]["wiki"], "ppl_bf16": bf16["ppl"]["wiki"],
@@ -93,13 +90,12 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="append the JSON lines to this file")
     parser.add_argument("--eval-windows", type=int, default=None, help="score only the first N windows")
     args = parser.parse_args()
-    if args.eval_windows is not None:
-        EVAL_WINDOWS.extend(["--eval-windows", str(args.eval_windows)])
+    protocol = [] if args.eval_windows is None else ["--eval-windows", str(args.eval_windows)]
     out = Path(tempfile.mkdtemp(prefix="bench-distributed-"))
     try:
         for bench in (forward_dtype, distributed):
             if args.only in (None, bench.__name__):
-                line = json.dumps(bench(out))
+                line = json.dumps(bench(out, protocol))
                 print(line, flush=True)
                 if args.json:
                     with open(args.json, "a", encoding="utf-8") as handle:

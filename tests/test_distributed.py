@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from dist_ranks import failing_worker, run_rank
 from safetensors.numpy import load_file
 
-from dist_ranks import failing_worker, run_rank
 from toolkit.api import RunConfig, prune_model
 from toolkit.cli import main
 from toolkit.distributed import check_launch, config_digest

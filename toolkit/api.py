@@ -93,7 +93,7 @@ class RunConfig:
         if not self.distributed:
             return
         if (self.propagate or spec.propagate) != "dense":
-            raise ToolkitError("--distributed needs --propagate dense (with pruned inputs each layer waits for the last)")
+            raise ToolkitError("--distributed needs --propagate dense (with pruned inputs a layer waits for the last)")
         if spec.scope.value != "linear":
             raise ToolkitError(f"--distributed runs linear-scope methods; {spec.name} prunes whole blocks")
         if several_devices:

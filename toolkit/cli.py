@@ -75,14 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", default="auto",
                    help="prune layers concurrently on these devices, e.g. cuda:0,cuda:1 (needs --propagate dense; "
                         "auto: every GPU when there are several and the inputs are dense)")
-    p.add_argument("--forward-dtype", default="fp32", choices=FORWARD_DTYPES,
-                   help="bf16: the layers' forward passes in bfloat16 (statistics and solves stay float32); "
-                        "falls back to fp32 with a warning where the device has no bf16")
-    p.add_argument("--distributed", action="store_true",
-                   help="solve the layers on the ranks of `torchrun --nproc-per-node N -m toolkit prune …` "
-                        "(needs --propagate dense)")
-    p.add_argument("--dist-timeout", type=float, default=1800.0,
-                   help="seconds a rank waits for another before the distributed run fails")
+    _add_scale_options(p)
     e = sub.add_parser("eval", help="perplexity of a model")
     e.add_argument("--model", default="smollm2-135m")
     e.add_argument("--data", default="wiki")
@@ -108,6 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("runs", help="list the run store")
     r.add_argument("--out", default="runs")
     return parser
+
+
+def _add_scale_options(p: argparse.ArgumentParser) -> None:
+    """The prune options for speed and scale: forward precision, torch.distributed."""
+    p.add_argument("--forward-dtype", default="fp32", choices=FORWARD_DTYPES,
+                   help="bf16: the layers' forward passes in bfloat16 (statistics and solves stay float32); "
+                        "falls back to fp32 with a warning where the device has no bf16")
+    p.add_argument("--distributed", action="store_true",
+                   help="solve the layers on the ranks of `torchrun --nproc-per-node N -m toolkit prune …` "
+                        "(needs --propagate dense)")
+    p.add_argument("--dist-timeout", type=float, default=1800.0,
+                   help="seconds a rank waits for another before the distributed run fails")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,8 +34,10 @@ def reset_gpu_peak(devices: list[torch.device]) -> None:
 
 
 def gpu_peak_mb(devices: list[torch.device], remote_mb: float | None = None) -> float | None:
-    """The highest ``torch.cuda.max_memory_allocated`` (MiB) over the CUDA ``devices`` and the other ranks'
-    ``remote_mb``; None when no GPU ran (reported as n/a)."""
+    """The GPU memory peak in MiB, or None when no GPU ran (reported as n/a).
+
+    The highest ``torch.cuda.max_memory_allocated`` over the CUDA ``devices`` and ``remote_mb``, the other ranks'.
+    """
     peaks = [torch.cuda.max_memory_allocated(d) / 2**20 for d in devices if d.type == "cuda"]
     if remote_mb is not None:
         peaks.append(remote_mb)

@@ -37,7 +37,7 @@ LAUNCH_HINT = "launch it with `torchrun --nproc-per-node N -m toolkit prune … 
 
 @dataclass(frozen=True)
 class Group:
-    """This process's place in the run: its rank, how many ranks, the backend and its device."""
+    """A process's place in the run: its rank, how many ranks, the backend and its device."""
 
     rank: int
     world_size: int
