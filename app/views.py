@@ -82,7 +82,8 @@ def result_markdown(view: RunView) -> str:
     lines = ["| | dense | pruned |", "|---|---|---|", *_ppl_rows(view),
              f"| sparsity (achieved, from the keep-masks) | 0 | {_fmt(view.achieved_sparsity, '.2%')} |",
              *_accounting_rows(view),
-             f"| prune time | | {format_seconds(view.prune_seconds)} |"]
+             f"| prune time | | {format_seconds(view.prune_seconds)} |",
+             f"| ran on · GPU memory peak | | {view.devices or view.device} · {_gpu_peak(view.gpu_peak_mb)} |"]
     lines += accuracy_lines(view)
     calibration = view.protocol.get("calibration") or {}
     if calibration:
@@ -128,6 +129,10 @@ def generations_html(view: RunView) -> str:
         rows.append(f"<tr><td><b>{escape(first.prompt)}</b></td>{''.join(cells)}</tr>")
     return ('<table class="generations"><thead><tr><th>prompt</th><th>dense</th><th>pruned</th></tr></thead>'
             f"<tbody>{''.join(rows)}</tbody></table><small>greedy decoding, no chat template</small>")
+
+
+def _gpu_peak(peak_mb: float) -> str:
+    return f"{peak_mb:.0f} MiB" if math.isfinite(peak_mb) else "n/a"
 
 
 def _accounting_rows(view: RunView) -> list[str]:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from toolkit.engine_options import DEVICES_AUTO, FUSED
+from toolkit.engine_options import DEVICES_AUTO, FORWARD_DTYPES, FUSED
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import Event
 from toolkit.methods import METHODS, get_method
@@ -68,6 +68,9 @@ class RunConfig:
     fused: str = "auto"  # sequential=group as one pass per layer: auto | on | off (same numbers, faster)
     error_windows: int = 4  # calibration windows behind the layer output error (see EngineConfig)
     devices: str = "auto"  # layers pruned concurrently on these devices, e.g. "cuda:0,cuda:1" (propagate=dense)
+    forward_dtype: str = "fp32"  # "bf16": layer forward passes under bf16 autocast, statistics in float32
+    distributed: bool = False  # layers solved on the ranks of a torchrun job (propagate=dense)
+    dist_timeout: float = 1800.0  # seconds a rank waits for another before the run fails (--distributed)
     out_dir: str = "runs"
     save_model: bool = False
     tasks: tuple[str, ...] = ()  # zero-shot tasks (lm-eval, 0 shots) scored dense and pruned; () = none
@@ -103,6 +106,9 @@ class RunConfig:
         several = len([d for d in self.devices.split(",") if d.strip()]) > 1
         if self.devices != DEVICES_AUTO and several and (self.propagate or spec.propagate) != "dense":
             raise ToolkitError("parallel layer pruning (--devices with several devices) needs --propagate dense")
+        if self.forward_dtype not in FORWARD_DTYPES:
+            raise ToolkitError(f"forward-dtype must be one of {', '.join(FORWARD_DTYPES)}, got {self.forward_dtype!r}")
+        self._check_distributed(spec, several)
         if self.eval_windows is not None and self.eval_windows < 1:
             raise ToolkitError("eval-windows must be ≥ 1 (leave it out for all windows)")
         self._check_tasks()
@@ -116,6 +122,18 @@ class RunConfig:
         check_limit(self.task_limit, "--task-limit")
         if self.task_data not in SOURCES:
             raise ToolkitError(f"unknown task data source {self.task_data!r}: use one of {', '.join(SOURCES)}")
+
+    def _check_distributed(self, spec: Any, several_devices: bool) -> None:
+        if not self.distributed:
+            return
+        if (self.propagate or spec.propagate) != "dense":
+            raise ToolkitError("--distributed needs --propagate dense (with pruned inputs a layer waits for the last)")
+        if spec.scope.value != "linear":
+            raise ToolkitError(f"--distributed runs linear-scope methods; {spec.name} prunes whole blocks")
+        if several_devices:
+            raise ToolkitError("--distributed and --devices with several devices exclude each other: one device a rank")
+        if not self.dist_timeout > 0:
+            raise ToolkitError(f"--dist-timeout must be > 0 seconds, got {self.dist_timeout}")
 
     @property
     def compression(self) -> Compression:
@@ -144,13 +162,16 @@ class RunConfig:
         """
         data = self.to_dict()
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
-                         "devices", "compression", "schema", "generate", "threads"):
+                         "devices", "compression", "schema", "generate", "threads", "distributed",
+                         "dist_timeout"):
             data.pop(volatile)
         if not self.tasks:
             for name in ("tasks", "task_limit", "task_data"):
                 data.pop(name)
         if self.encoding == "utf-8":  # the default: runs from before the field existed match
             data.pop("encoding")
+        if data["forward_dtype"] == "fp32":  # runs from before the option ran in float32
+            data.pop("forward_dtype")
         return data
 
 

@@ -56,20 +56,26 @@ class LayerInputs:
     hidden: list[Tensor]
     sides: list[list[SideInputs]]
     layer: int = 0
+    first: int = 0  # the layer ``sides[b][0]`` belongs to (a trimmed copy, see :meth:`only`)
 
     def side(self, batch: int) -> SideInputs:
         """The side inputs of this layer in batch ``batch``."""
-        return self.sides[batch][self.layer]
+        return self.sides[batch][self.layer - self.first]
 
     def next_layer(self, hidden: list[Tensor]) -> LayerInputs:
         """The inputs of the next layer: its own side inputs, ``hidden`` (this layer's outputs)."""
-        return LayerInputs(hidden=hidden, sides=self.sides, layer=self.layer + 1)
+        return LayerInputs(hidden=hidden, sides=self.sides, layer=self.layer + 1, first=self.first)
+
+    def only(self) -> LayerInputs:
+        """These inputs with only this layer's side inputs (what another process needs to run it)."""
+        return LayerInputs(hidden=self.hidden, sides=[[s[self.layer - self.first]] for s in self.sides],
+                           layer=self.layer, first=self.layer)
 
     def to(self, device: torch.device) -> LayerInputs:
         """The same inputs on ``device`` (hidden states and every tensor among the side inputs)."""
         return LayerInputs(hidden=[h.to(device) for h in self.hidden],
                            sides=[_map_distinct(s, lambda side: _map_side(side, lambda v: _move(v, device)))
-                                  for s in self.sides], layer=self.layer)
+                                  for s in self.sides], layer=self.layer, first=self.first)
 
     def head(self, windows: int) -> LayerInputs:
         """The first ``windows`` windows of a single-batch capture.
@@ -92,7 +98,7 @@ class LayerInputs:
             return value
 
         sides = _map_distinct(self.sides[0], lambda side: _map_side(side, cut))
-        return LayerInputs(hidden=[self.hidden[0][:windows]], sides=[sides], layer=self.layer)
+        return LayerInputs(hidden=[self.hidden[0][:windows]], sides=[sides], layer=self.layer, first=self.first)
 
 
 def _map_side(side: SideInputs, fn: Callable[[Any], Any]) -> SideInputs:

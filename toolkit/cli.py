@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from toolkit.engine_options import FUSED, PROPAGATE, SEQUENTIAL
+from toolkit.engine_options import FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL
 from toolkit.errors import RunCancelled, ToolkitError
 
 
@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", default="auto",
                    help="prune layers concurrently on these devices, e.g. cuda:0,cuda:1 (needs --propagate dense; "
                         "auto: every GPU when there are several and the inputs are dense)")
+    _add_scale_options(p)
     _add_other_commands(sub)
     return parser
 
@@ -123,6 +124,18 @@ def _add_other_commands(sub: Any) -> None:
     m.add_argument("--json", action="store_true")
     r = sub.add_parser("runs", help="list the run store")
     r.add_argument("--out", default="runs")
+
+
+def _add_scale_options(p: argparse.ArgumentParser) -> None:
+    """The prune options for speed and scale: forward precision, torch.distributed."""
+    p.add_argument("--forward-dtype", default="fp32", choices=FORWARD_DTYPES,
+                   help="bf16: the layers' forward passes in bfloat16 (statistics and solves stay float32); "
+                        "falls back to fp32 with a warning where the device has no bf16")
+    p.add_argument("--distributed", action="store_true",
+                   help="solve the layers on the ranks of `torchrun --nproc-per-node N -m toolkit prune …` "
+                        "(needs --propagate dense)")
+    p.add_argument("--dist-timeout", type=float, default=1800.0,
+                   help="seconds a rank waits for another before the distributed run fails")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -173,8 +186,7 @@ def environment_message(exc: BaseException) -> str:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from toolkit.api import RunConfig, prune_model
-    from toolkit.cli_view import ProgressView, layer_table
+    from toolkit.api import RunConfig
     from toolkit.methods import get_method
     from toolkit.preflight import check_writable_file
     from toolkit.spec import parse_compression
@@ -195,11 +207,26 @@ def _prune(args: argparse.Namespace) -> int:
         calib=args.calib, nsamples=args.nsamples, seqlen=args.seqlen, seed=args.seed, eval_data=eval_data,
         eval_seqlen=args.eval_seqlen, eval_windows=_windows(args.eval_windows), eval_dense=args.eval_dense,
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
-        fused=args.fused, error_windows=args.error_windows, devices=args.devices,
+        fused=args.fused, error_windows=args.error_windows, devices=args.devices, forward_dtype=args.forward_dtype,
+        distributed=args.distributed, dist_timeout=args.dist_timeout,
         out_dir=args.out or "runs", save_model=save_model, encoding=args.encoding, threads=pick_threads(args.threads),
         tasks=tuple(parse_task_names(args.tasks)) if args.tasks is not None else (), task_limit=args.task_limit,
         task_data=args.task_data, generate=args.generate,
     )
+    note = "" if args.out is None or save_model else (
+        f"note: no checkpoint saved: {args.method} states need their input scale folded into the "
+        "preceding op, which pack-quantized cannot hold (the run record has the codes and scales)")
+    if config.distributed:
+        from toolkit.cli_distributed import prune_distributed
+
+        return prune_distributed(config, lambda: _prune_here(config, args.json, note))
+    return _prune_here(config, args.json, note)
+
+
+def _prune_here(config: Any, json_path: str | None, note: str = "") -> int:
+    from toolkit.api import prune_model
+    from toolkit.cli_view import ProgressView, layer_table
+
     view = ProgressView()
     try:
         result = prune_model(config, on_event=view.on_event)
@@ -207,11 +234,10 @@ def _prune(args: argparse.Namespace) -> int:
         view.close()
     print(layer_table(result))
     _summary(result)
-    if args.out is not None and not save_model:
-        print(f"note: no checkpoint saved: {args.method} states need their input scale folded into the "
-              "preceding op, which pack-quantized cannot hold (the run record has the codes and scales)")
-    if args.json:
-        _write_json(args.json, result)
+    if note:
+        print(note)
+    if json_path:
+        _write_json(json_path, result)
     return _report_extras(result)
 
 
@@ -234,7 +260,9 @@ def _report_extras(result: dict[str, Any]) -> int:
 def _summary(result: dict[str, Any]) -> None:
     print(f"method {result['method']}  compression {result['compression']['label']}  "
           f"achieved sparsity {result['achieved_sparsity']:.4f}  prune {result['prune_seconds']:.1f} s  "
-          f"peak RSS {result['peak_rss_mb']:.0f} MiB  device {result['device']}")
+          f"peak RSS {result['peak_rss_mb']:.0f} MiB")
+    peak = result.get("gpu_peak_mb")
+    print(f"ran on {result['devices']}  GPU memory peak {'n/a' if peak is None else f'{peak:.0f} MiB'}")
     acct = result["accounting"]
     on_disk = f"  checkpoint {acct['checkpoint_bytes'] / 2**20:.2f} MiB on disk" if acct["checkpoint_bytes"] else ""
     print(f"linear weights {acct['params_before']:,} → {acct['params_after']:,}  kept {acct['nonzeros_kept']:,}  "

@@ -50,12 +50,14 @@ from toolkit.memory import keep_freed_memory
 from toolkit.methods.base import MethodSpec, Scope, Stat
 from toolkit.models import decoder_layers, get_weight, layer_linears
 from toolkit.parallel import Lane, LayerSteps, prune_in_parallel, resolve_devices
+from toolkit.precision import AUTOCAST_DTYPES, bf16_supported, forward_precision
 from toolkit.sparsity import Target, validate_for_shape
 from toolkit.spec import Compression, as_compression
 from toolkit.stats import discover_groups
 from toolkit.writeback import WriteBack
 
-__all__ = ["EngineConfig", "EngineResult", "check_targets", "prune_layers", "reconstruction_errors", "resolve_device"]
+__all__ = ["EngineConfig", "EngineResult", "check_targets", "dense_next", "prune_layer", "prune_layers",
+           "reconstruction_errors", "resolve_device"]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -136,6 +138,7 @@ def prune_layers(  # noqa: PLR0913 - keyword-only sinks, each named for what it 
         else:
             run = RunState(spec, compression, method_cfg, cfg, resolve_device(cfg.device), emit, cancelled, journal,
                            on_mask, on_quant)
+            run.forward_dtype = forward_dtype(cfg.forward_dtype, run.device, emit)
             _prune_linears(run, model, windows)
             result = run.result
     except BaseException:
@@ -144,6 +147,16 @@ def prune_layers(  # noqa: PLR0913 - keyword-only sinks, each named for what it 
         raise
     result.seconds = time.perf_counter() - start
     return result
+
+
+def forward_dtype(name: str, device: torch.device, emit: Callable[[Event], None]) -> torch.dtype | None:
+    """The autocast dtype of the layer passes; bf16 on a device without bf16 support runs in float32 with a warning."""
+    dtype = AUTOCAST_DTYPES[name]
+    if dtype is torch.bfloat16 and not bf16_supported(device):
+        emit(RunWarning(message=f"--forward-dtype bf16: {device.type} has no native bf16 (AVX512-BF16/AMX on CPUs, "
+                                "Ampere or later GPUs); the forward passes run in float32", layer=-1))
+        return None
+    return dtype
 
 
 def _prune_blocks(model: nn.Module, windows: Tensor, spec: MethodSpec, compression: Compression,
@@ -170,7 +183,11 @@ def _prune_linears(run: RunState, model: nn.Module, windows: Tensor) -> None:
     with torch.no_grad():
         batch = windows.shape[0] if run.fused else run.cfg.batch_size
         inputs = capture_layer_inputs(model, layers, windows, run.device, batch)
-        if len(devices) > 1:
+        if run.cfg.distributed:
+            from toolkit.dist_engine import prune_on_ranks  # imports torch.distributed only when asked for
+
+            prune_on_ranks(run, layers, inputs)
+        elif len(devices) > 1:
             _prune_in_parallel(run, layers, inputs, devices)
         else:
             _prune_in_order(run, layers, inputs)
@@ -183,7 +200,7 @@ def _prune_in_order(run: RunState, layers: nn.ModuleList, inputs: LayerInputs) -
         home = next(layer.parameters()).device
         layer.to(run.device)
         try:
-            groups, inputs = _prune_layer(run, index, len(layers), layer, inputs, groups)
+            groups, inputs = prune_layer(run, index, len(layers), layer, inputs, groups)
         finally:
             layer.to(home)
 
@@ -198,22 +215,23 @@ def _prune_in_parallel(run: RunState, layers: nn.ModuleList, inputs: LayerInputs
                 run, device=lane.device, writeback=lane.writeback, cancelled=lane.cancelled,
                 emit=lane.serial(run.emit), on_mask=lane.serial(run.on_mask), on_quant=lane.serial(run.on_quant),
                 result=EngineResult())
-        _prune_layer(lanes[id(lane)], index, len(layers), layer, layer_inputs, None)
+        prune_layer(lanes[id(lane)], index, len(layers), layer, layer_inputs, None)
 
     try:
-        steps = LayerSteps(prune_one=prune_one, dense_next=lambda layer, x: _dense_next(run, layer, x))
+        steps = LayerSteps(prune_one=prune_one, dense_next=lambda layer, x: dense_next(run, layer, x))
         prune_in_parallel(layers, inputs, devices, steps, cancelled=run.cancelled, writeback=run.writeback)
     finally:
         for worker in lanes.values():
             run.result.merge(worker.result)
 
 
-def _dense_next(run: RunState, layer: nn.Module, inputs: LayerInputs) -> LayerInputs:
+def dense_next(run: RunState, layer: nn.Module, inputs: LayerInputs) -> LayerInputs:
     """The dense layer's outputs on the main device: the next layer's inputs under propagate=dense."""
     home = next(layer.parameters()).device
     layer.to(run.device)
     try:
-        return inputs.next_layer([run_layer(layer, inputs, b) for b in range(len(inputs.hidden))])
+        with forward_precision(run.device, run.forward_dtype):
+            return inputs.next_layer([run_layer(layer, inputs, b) for b in range(len(inputs.hidden))])
     finally:
         layer.to(home)
 
@@ -242,11 +260,22 @@ def use_fused(run: RunState, model: nn.Module, layer: nn.Module, windows: Tensor
     return estimate <= run.cfg.fused_budget_mb * 2**20
 
 
+def prune_layer(
+    run: RunState, index: int, num_layers: int, layer: nn.Module, inputs: LayerInputs,
+    groups: list[list[str]] | None,
+) -> tuple[list[list[str]], LayerInputs]:
+    """Prune decoder layer ``index`` in place; returns its groups and the next layer's inputs.
+
+    The layer's forward passes run at ``run.forward_dtype`` (autocast); statistics and solves in float32.
+    """
+    with forward_precision(run.device, run.forward_dtype):
+        return _prune_layer(run, index, num_layers, layer, inputs, groups)
+
+
 def _prune_layer(
     run: RunState, index: int, num_layers: int, layer: nn.Module, inputs: LayerInputs,
     groups: list[list[str]] | None,
 ) -> tuple[list[list[str]], LayerInputs]:
-    """Prune decoder layer ``index`` in place; returns its groups and the next layer's inputs."""
     t0 = time.perf_counter()
     run.layer = index
     assert inputs.layer == index, f"layer {index} was given the inputs of layer {inputs.layer}"

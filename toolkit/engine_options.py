@@ -6,3 +6,4 @@ PROPAGATE = ("pruned", "dense")  # layer i+1's inputs: the pruned or the dense o
 SEQUENTIAL = ("group", "layer")  # statistics after the earlier groups were pruned, or all from the dense layer
 FUSED = ("auto", "on", "off")  # sequential=group as one forward pass per layer over all windows
 DEVICES_AUTO = "auto"  # parallel layer pruning on every GPU when there are several and inputs are dense
+FORWARD_DTYPES = ("fp32", "bf16")  # decoder-layer forward passes; statistics and solves stay float32

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from toolkit.engine_options import DEVICES_AUTO, FUSED, PROPAGATE, SEQUENTIAL
+from toolkit.engine_options import DEVICES_AUTO, FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import Event
 from toolkit.methods.base import MethodSpec, Stat
@@ -47,6 +47,8 @@ class EngineConfig:
     error_windows: int = 4  # windows behind the layer output error (all when a dense pass runs anyway)
     # and behind the Gram of methods that need only column norms (Wanda): their rel_error is a sample
     devices: str = DEVICES_AUTO  # layers pruned concurrently on these (needs propagate=dense); see parallel.py
+    forward_dtype: str = "fp32"  # "fp32" | "bf16": the layers' forward passes (statistics stay float32)
+    distributed: bool = False  # layers solved on the ranks of torch.distributed (see dist_engine.py)
 
     def __post_init__(self) -> None:
         if self.propagate is not None and self.propagate not in PROPAGATE:
@@ -57,6 +59,8 @@ class EngineConfig:
             raise ToolkitError("batch_size must be ≥ 1")
         if self.fused not in FUSED:
             raise ToolkitError(f"fused must be one of {FUSED}, got {self.fused!r}")
+        if self.forward_dtype not in FORWARD_DTYPES:
+            raise ToolkitError(f"forward_dtype must be one of {FORWARD_DTYPES}, got {self.forward_dtype!r}")
         if self.error_windows < 1 or self.fused_budget_mb < 0:
             raise ToolkitError("error_windows must be ≥ 1 and fused_budget_mb ≥ 0")
 
@@ -74,6 +78,7 @@ class EngineResult:
     sizes: dict[LinearKey, int] = field(default_factory=dict)  # weights of each pruned linear
     quant: dict[LinearKey, QuantSpec] = field(default_factory=dict)
     seconds: float = 0.0
+    remote_gpu_peak_mb: float | None = None  # the highest GPU memory peak of the other ranks (distributed)
 
     @property
     def achieved_sparsity(self) -> float:
@@ -88,6 +93,8 @@ class EngineResult:
         self.kept.update(other.kept)
         self.sizes.update(other.sizes)
         self.quant.update(other.quant)
+        peaks = [p for p in (self.remote_gpu_peak_mb, other.remote_gpu_peak_mb) if p is not None]
+        self.remote_gpu_peak_mb = max(peaks) if peaks else None
 
 
 @dataclass
@@ -108,6 +115,7 @@ class RunState:
     layer: int = 0  # the decoder layer being pruned
     fused: bool = False  # one pass per layer over all windows as a single batch
     gram_limit: int | None = None  # tokens behind G* for methods that need only column norms
+    forward_dtype: torch.dtype | None = None  # autocast dtype of the layer passes (None: the model's dtype)
 
     @property
     def target(self) -> Target | None:

@@ -11,3 +11,7 @@ class NumericalError(ToolkitError):
 
 class RunCancelled(Exception):  # no Error suffix: it is a signal, not an error
     """Raised at a cancellation point when the run's cancel token is set."""
+
+
+class DistributedError(ToolkitError):
+    """A rank of a ``--distributed`` run disagreed, failed, died or timed out; the run is marked failed."""

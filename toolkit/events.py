@@ -193,6 +193,8 @@ class RunFinished(Event):
     bits_per_weight: float = math.nan
     estimated_bytes: int | None = None
     checkpoint_bytes: int | None = None
+    devices: str = ""  # which device(s) ran: "cpu", "cuda:0", "2 ranks × cpu (gloo)" ("" in older runs)
+    gpu_peak_mb: float = math.nan  # torch.cuda.max_memory_allocated over the GPUs that ran; nan: no GPU
 
 
 @dataclass(frozen=True, slots=True)

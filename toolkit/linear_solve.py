@@ -28,11 +28,20 @@ from toolkit.errors import NumericalError, ToolkitError
 from toolkit.events import SublayerPruned
 from toolkit.methods.base import SOLVER_DTYPE, LinearStats, PruneResult, SolveContext
 from toolkit.models import get_weight
+from toolkit.precision import full_precision
 from toolkit.quant import bits_per_weight
 
 
 def prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str], stats: LinearStats) -> None:
-    """Solve, write back and report every linear of ``group`` (names into ``linears``) of layer ``run.layer``."""
+    """Solve, write back and report every linear of ``group`` (names into ``linears``) of layer ``run.layer``.
+
+    The solves run in float32 with autocast off, also when the layer's forward runs in bf16.
+    """
+    with full_precision(run.device):
+        _prune_group(run, linears, group, stats)
+
+
+def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str], stats: LinearStats) -> None:
     index = run.layer
     for name in group:
         run.check_cancel()

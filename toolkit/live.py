@@ -78,6 +78,8 @@ class RunView:
     options: dict[str, Any] = field(default_factory=dict)
     protocol: dict[str, Any] = field(default_factory=dict)
     device: str = ""
+    devices: str = ""  # which device(s) ran, from RunFinished ("2 ranks × cpu (gloo)"); "" in older runs
+    gpu_peak_mb: float = math.nan  # GPU memory peak (nan: no GPU ran, or an older run)
     num_layers: int = 0
     linears: list[str] = field(default_factory=list)
     current_layer: int = -1
@@ -276,6 +278,7 @@ def _on_finished(view: RunView, event: RunFinished, now: float) -> None:
     view.params = (event.params_before, event.params_after)
     view.estimated_bytes, view.checkpoint_bytes = event.estimated_bytes, event.checkpoint_bytes
     view.prune_seconds = _num(event.prune_seconds)
+    view.devices, view.gpu_peak_mb = event.devices, _num(event.gpu_peak_mb)
     view.ppl.update({k: _num(v) for k, v in dict(event.ppl).items()})
     view.dense_ppl.update({k: _num(v) for k, v in dict(event.dense_ppl).items()})
     view.ended_at = now

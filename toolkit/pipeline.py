@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import torch
 from toolkit.accounting import Accounting, account, folder_bytes, linear_shapes
 from toolkit.checks import check_context
 from toolkit.data import CalibSpec, calibration_windows, eval_windows, load_tokens
+from toolkit.device_report import devices_label, gpu_peak_mb, reset_gpu_peak, used_devices
 from toolkit.engine import EngineConfig, EngineResult, check_targets, prune_layers, resolve_device
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.evaluate import perplexity
@@ -116,9 +118,7 @@ def prepare(config: Any) -> Prepared:
     """Check the input, load the model, cut the calibration and evaluation windows."""
     spec = get_method(config.method)
     method_cfg = spec.make_config(config.options)
-    engine_cfg = EngineConfig(propagate=config.propagate, sequential=config.sequential,
-                              batch_size=config.batch_size, device=config.device, fused=config.fused,
-                              error_windows=config.error_windows, devices=config.devices)
+    engine_cfg = engine_config(config)
     device = resolve_device(config.device)
     tasks = resolve_tasks(config.tasks, config.task_data) if config.tasks else ()  # before the model loads
     if config.threads:
@@ -150,6 +150,13 @@ def prepare(config: Any) -> Prepared:
     return Prepared(spec, method_cfg, engine_cfg, device, loaded, linears, calibration, test, protocol, tasks)
 
 
+def engine_config(config: Any) -> EngineConfig:
+    """The engine options of a :class:`toolkit.api.RunConfig`."""
+    return EngineConfig(propagate=config.propagate, sequential=config.sequential, batch_size=config.batch_size,
+                        device=config.device, fused=config.fused, error_windows=config.error_windows,
+                        devices=config.devices, forward_dtype=config.forward_dtype, distributed=config.distributed)
+
+
 def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event], None],
          ticks: ProgressEvents, stage: Stage) -> dict[str, Any]:
     """RunStarted, dense evaluations, compression, checkpoint and result.json, pruned evaluations, RunFinished.
@@ -169,6 +176,8 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
     dense = _dense_extras(config, run, record, ticks)
     stage.name = "compression"
     before = linear_shapes(model)
+    devices = used_devices(run.device, run.engine_cfg, config.propagate or run.spec.propagate)
+    reset_gpu_peak(devices)
     collected = StateCollector() if config.save_model and config.quant is not None else None
 
     def on_mask(layer: int, name: str, keep: torch.Tensor) -> None:
@@ -185,13 +194,15 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
                           cfg=run.engine_cfg, emit=record, cancelled=ticks.cancelled,
                           on_mask=on_mask, on_quant=on_quant, on_structure=writer.structure)
     stage.name, stage.compressed = "saving the checkpoint", True
+    peak = gpu_peak_mb(devices, result.remote_gpu_peak_mb)  # the compression's peak (evaluations not counted)
     accounting = account(model, before, result.kept, result.quant)
     checkpoint = _save(config, run, writer, collected)
     if checkpoint is not None:
         accounting = dataclasses.replace(accounting, checkpoint_bytes=int(checkpoint["bytes"]))
     ppl: dict[str, float] = {}  # the summary holds this dict: filled below, after result.json was written
     summary = _result(config, run, result, accounting, ppl, dense_ppl)
-    summary.update(run_id=writer.run_id, run_dir=str(writer.path), checkpoint=checkpoint)
+    summary.update(run_id=writer.run_id, run_dir=str(writer.path), checkpoint=checkpoint, gpu_peak_mb=peak,
+                   devices=devices_label(run.device, run.engine_cfg, config.propagate or run.spec.propagate))
     writer.write_result(summary)
     stage.name = "evaluation"
     if run.test is not None:
@@ -204,7 +215,8 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
                        dense_ppl=dense_ppl, params_before=accounting.params_before,
                        params_after=accounting.params_after, nonzeros_kept=accounting.nonzeros_kept,
                        bits_per_weight=accounting.bits_per_weight, estimated_bytes=accounting.estimated_bytes,
-                       checkpoint_bytes=accounting.checkpoint_bytes))
+                       checkpoint_bytes=accounting.checkpoint_bytes, devices=summary["devices"],
+                       gpu_peak_mb=math.nan if peak is None else peak))
     summary["peak_rss_mb"] = peak_rss_mb()  # evaluation included
     writer.finish(summary)
     return summary

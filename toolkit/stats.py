@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from toolkit.errors import NumericalError
 from toolkit.methods.base import SOLVER_DTYPE, LinearStats
+from toolkit.precision import full_precision
 
 
 class StopForward(Exception):
@@ -47,7 +48,11 @@ class GroupStats:
         self.dense_gram = torch.zeros_like(self.gram) if cross else None
 
     def add(self, x_pruned: Tensor, x_dense: Tensor | None = None) -> None:
-        """Accumulate one batch: ``x_*`` are (..., in) activations of the same tokens."""
+        """Accumulate one batch: ``x_*`` are (..., in) activations of the same tokens (float32 sums, never autocast)."""
+        with full_precision(self.gram.device):
+            self._add(x_pruned, x_dense)
+
+    def _add(self, x_pruned: Tensor, x_dense: Tensor | None) -> None:
         xp = _flat(x_pruned)
         self.count += xp.shape[0]
         if self.gram_limit is not None:
