@@ -34,7 +34,8 @@ def test_error_heatmap_grid_values_and_title() -> None:
     (trace,) = fig.data
     assert trace.type == "heatmap" and list(trace.x) == ["q_proj", "down_proj"]
     z = [list(row) for row in trace.z]
-    assert len(z) == 3 and z[0] == [pytest.approx(0.1), pytest.approx(0.11)]
+    assert len(z) == 3 and z[0] == [pytest.approx(-1.0), pytest.approx(math.log10(0.11))]  # log10 colour
+    assert list(trace.customdata[0]) == [pytest.approx(0.1), pytest.approx(0.11)]  # exact values on hover
     assert z[1][1] is None and z[2] == [None, None]  # not yet pruned: empty cells
     assert "3 of 6 linears" in fig.layout.title.text
     assert fig.layout.yaxis.autorange == "reversed" and fig.layout.uirevision is not None

@@ -32,6 +32,7 @@ PALETTE = ("#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#F
            "#FECB52")  # plotly's qualitative.Plotly
 HEIGHT = 340
 LAMBDA_HEIGHT = 500  # three stacked panels
+ERROR_BOUNDS = (1e-4, 1.0)  # the error heat-map's fixed colour range (relative error, log scale)
 Spec = dict[str, Any]
 
 
@@ -146,11 +147,15 @@ def heatmap_height(num_layers: int) -> int:
 def error_heatmap(
     pruned: Sequence[SublayerPruned], *, num_layers: int = 0, linears: Sequence[str] = (),
     title: str = "relative reconstruction error ‖ΔW·X‖ / ‖W·X‖", revision: Any = None,
+    bounds: tuple[float, float] = ERROR_BOUNDS,
 ) -> go.Figure:
     """Heat-map of ``rel_error``: rows are decoder layers (0 at the top), columns the linears.
 
-    Cells not pruned yet are empty; ``num_layers`` and ``linears`` (from RunStarted) lay the grid
-    out before the first event arrives so it fills in place. The title counts the cells filled.
+    Colour is log10(rel_error) on a fixed scale, ``bounds`` (default 1e-4…1, stated in the colour
+    bar): a filled cell keeps its colour as the run goes, and two runs read the same by eye. Values
+    outside the bounds take the end colours; the hover gives the exact value. Cells not pruned yet
+    are empty; ``num_layers`` and ``linears`` (from RunStarted) lay the grid out before the first
+    event arrives so it fills in place. The title counts the cells filled.
     """
     matrix, columns = error_matrix(pruned, num_layers, linears)
     rows = len(matrix)
@@ -160,19 +165,38 @@ def error_heatmap(
     height = heatmap_height(rows)
     if not rows or not columns:
         return note_figure(title, "waiting for the first pruned linear", height, revision)
-    values = _finite([v for row in matrix for v in row])
+    low, high = bounds
     cells = {(e.layer, e.name): _cell_text(e) for e in pruned}
     text = [[cells.get((i, c), "not yet") for c in columns] for i in range(rows)]
-    trace = {"type": "heatmap", "z": [gaps(row) for row in matrix], "x": short_names(columns),
-             "y": list(range(rows)), "text": text, "colorscale": "Viridis", "zmin": 0.0,
-             "zmax": max(values) if values else 1.0, "colorbar": {"title": {"text": "rel. error"}}, "xgap": 1,
-             "ygap": 1, "hovertemplate": "layer %{y} · %{x}<br>rel. error %{z:.4f}<br>%{text}<extra></extra>"}
+    trace = {"type": "heatmap", "z": [log_scale(row, bounds) for row in matrix], "x": short_names(columns),
+             "y": list(range(rows)), "text": text, "customdata": [gaps(row) for row in matrix],
+             "colorscale": "Viridis", "zmin": math.log10(low), "zmax": math.log10(high),
+             "colorbar": _log_colorbar(bounds), "xgap": 1, "ygap": 1,
+             "hovertemplate": "layer %{y} · %{x}<br>rel. error %{customdata:.4g}<br>%{text}<extra></extra>"}
     layout = base_layout(title, height, revision,
                          yaxis={"title": {"text": "decoder layer"}, "autorange": "reversed",
                                 "dtick": 1 if rows <= 32 else None},
                          xaxis={"title": {"text": "linear"}},
                          annotations=[] if pruned else [note("waiting for the first pruned linear")])
     return figure([trace], layout)
+
+
+def log_scale(values: Sequence[Any], bounds: tuple[float, float] = ERROR_BOUNDS) -> list[float | None]:
+    """log10(v) clipped to [log10(low), log10(high)] (0 and below → low end); nan/inf → None (empty cell)."""
+    low, high = (math.log10(b) for b in bounds)
+    out: list[float | None] = []
+    for value in gaps(values):
+        out.append(None if value is None else low if value <= 0 else min(high, max(low, math.log10(value))))
+    return out
+
+
+def _log_colorbar(bounds: tuple[float, float]) -> Spec:
+    """Colour bar ticks at each power of ten within ``bounds``, titled with the scale it states."""
+    low, high = (round(math.log10(b)) for b in bounds)
+    ticks = list(range(low, high + 1))
+    labels = [f"{10.0 ** t:g}" for t in ticks]
+    return {"title": {"text": f"rel. error<br>(log, fixed {labels[0]}…{labels[-1]})"}, "tickvals": ticks,
+            "ticktext": labels}
 
 
 def _cell_text(event: SublayerPruned) -> str:
