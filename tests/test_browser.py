@@ -112,7 +112,7 @@ def test_progress_moves_while_a_run_is_going(url: str, chromium: Any, held: Gate
         held.release(1)
         wait_for_linears(page, done)
         wait_for_text(page, "#run-status", f"{done / 14:.0%} of linears")
-        assert "▶ running" in status(page) and "layer 1 of 2" in status(page)
+        assert "▶ running" in status(page) and "layer 0 · 0 of 2 layers done" in status(page)
     held.open()
     wait_for_text(page, "#run-status", "✓ finished")
     watch = recorded(page)
