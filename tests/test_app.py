@@ -254,7 +254,9 @@ def test_compare_tab(tmp_path: Path) -> None:
     view = compare_tab.compare_view([a.name, b.name], "1", "mlp.down_proj", 4, str(tmp_path))
     assert "IoU" in view["message"] and len(view["masks"].data) == 2 and len(view["all_linears"].data) == 3
     bad = compare_tab.compare_view([a.name, other.name], "0", "mlp.down_proj", 4, str(tmp_path))
-    assert "different models" in bad["message"] and "masks" not in bad
+    assert "different models" in bad["message"]
+    assert all(bad[panel] is None for panel in compare_tab.PANELS)  # the previous comparison is cleared
+    assert compare_tab.cleared() == dict.fromkeys(compare_tab.PANELS)  # a new selection: panels emptied
     assert "two or more" in compare_tab.compare_view([a.name], "0", "x", 4, str(tmp_path))["message"]
     assert "not in" in compare_tab.compare_view([a.name, "gone"], "0", "x", 4, str(tmp_path))["message"]
     assert "no mask" in compare_tab.compare_view([a.name, b.name], "7", "x", 4, str(tmp_path))["message"]
