@@ -85,7 +85,9 @@ def compare_view(run_ids: list[str], layer: Any, linear: str, m: Any, runs_dir: 
         compare.check_comparable(records)
         if layer in (None, "") or not linear:
             raise ToolkitError("pick a layer and a linear")
-        group = int(float(m or 4))
+        group = int(float(m if m not in (None, "") else 4))
+        if group < 1:
+            raise ToolkitError(f"the n:m group size m must be a whole number ≥ 1, got {m}")
         masks = compare.load_masks(records, int(layer), str(linear))
         rows = compare.pairwise(masks, group)
         everything = compare.all_linears(records, group)
