@@ -2,7 +2,7 @@
 
 Each builder takes the events of one kind (as kept by :class:`toolkit.live.RunView`) and returns
 a ``plotly.graph_objects.Figure``; the Gradio app and the notebook widgets draw the same figures.
-Mask figures live in :mod:`toolkit.viz_masks`.
+Mask figures live in :mod:`toolkit.viz_masks`, sweep curves in :mod:`toolkit.viz_sweep`.
 
 - :func:`error_heatmap`: relative reconstruction error, decoder layer × linear (SublayerPruned).
 - :func:`layer_error_figure`: the layer output error per decoder layer (LayerDone).
@@ -10,7 +10,6 @@ Mask figures live in :mod:`toolkit.viz_masks`.
   per block (BlockStep).
 - :func:`lambda_figure`: FISTAPruner's λ bisection (LambdaStep): λ within its bounds, the
   rounding-error ratio E_round/E_total against ξ, the sparsity before rounding.
-- :func:`sweep_figure`: sparsity vs perplexity per method, dense as a reference line.
 
 Figures are written as plain dicts and wrapped without plotly's property validation
 (:func:`figure`): validation costs 30–50 ms a figure, too slow to redraw a live run several times
@@ -20,7 +19,7 @@ a second beside the pruning thread. The tests validate every builder's output in
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -319,63 +318,3 @@ def lambda_figure(steps: Sequence[LambdaStep], *, revision: Any = None) -> go.Fi
                          yaxis3={"domain": domains[2], "title": {"text": "zeros"}, "tickformat": ".0%"},
                          annotations=[panel_title(t, 0.5, d[1]) for t, d in zip(titles, domains, strict=True)])
     return figure(data, layout)
-
-
-def sweep_figure(points: Sequence[Mapping[str, Any]], *, dense_ppl: float | None = None,
-                 title: str = "perplexity vs sparsity", revision: Any = None, metric: str = "ppl") -> go.Figure:
-    """Sparsity (achieved) vs perplexity, one line per method; n:m points as separate diamonds.
-
-    ``points`` are dicts (:meth:`toolkit.sweep.SweepPoint.to_dict`) with ``method``, ``sparsity``
-    (the asked label, shown on hover), ``pattern`` (the target's kind: ``unstructured`` | ``nm`` |
-    ``structured`` | ``none``; points without one are drawn as unstructured), ``achieved_sparsity``
-    and ``ppl`` (nan / None when not measured). ``dense_ppl`` draws a dashed reference line. The
-    perplexity axis is logarithmic. With ``metric="accuracy"`` the y values are the points'
-    ``accuracy`` (mean zero-shot accuracy over tasks) on a linear axis, and ``dense_ppl`` is the
-    dense model's mean accuracy.
-    """
-    methods = list(dict.fromkeys(str(p["method"]) for p in points))
-    data = []
-    for method in methods:
-        mine = [p for p in points if p["method"] == method and math.isfinite(_float(p.get(metric)))]
-        for pattern in PATTERN_STYLES:
-            group = sorted((p for p in mine if _pattern(p) == pattern),
-                           key=lambda p: _float(p.get("achieved_sparsity")))
-            if group:
-                data.append(_sweep_trace(method, pattern, group, method_color(method, methods), metric))
-    if dense_ppl is not None and math.isfinite(dense_ppl):
-        xs = _finite([_float(p.get("achieved_sparsity")) for p in points])
-        data.append({"type": "scatter", "mode": "lines", "name": f"dense ({dense_ppl:.{2 if metric == 'ppl' else 3}f})",
-                     "x": [0.0, max([*xs, 0.7])], "y": [dense_ppl, dense_ppl],
-                     "line": {"dash": "dash", "color": "#444"}})
-    if not data:
-        return note_figure(title, "points appear as the runs finish", 420, revision)
-    yaxis = {"title": {"text": "perplexity (log)"}, "type": "log"} if metric == "ppl" else \
-        {"title": {"text": "mean zero-shot accuracy"}, "tickformat": ".0%"}
-    layout = base_layout(title, 420, revision, xaxis={"title": {"text": "sparsity (achieved)"}, "tickformat": ".0%"},
-                         yaxis=yaxis)
-    return figure(data, layout)
-
-
-PATTERN_STYLES = {  # pattern → (marker, line dash or None for markers only, legend suffix)
-    "unstructured": ("circle", "solid", ""), "structured": ("square", "dot", " (structured)"),
-    "nm": ("diamond", None, " (n:m)"), "none": ("star", None, " (no sparsity)"),
-}
-
-
-def _sweep_trace(method: str, pattern: str, group: list[Mapping[str, Any]], color: str, metric: str) -> Spec:
-    symbol, dash, suffix = PATTERN_STYLES[pattern]
-    labels = [str(p["sparsity"]) for p in group]
-    trace = {"type": "scatter", "name": method + suffix, "legendgroup": method,
-             "x": [_float(p.get("achieved_sparsity")) for p in group], "y": [_float(p[metric]) for p in group],
-             "marker": {"symbol": symbol, "size": 9 if dash else 12, "color": color}, "customdata": labels,
-             "hovertemplate": f"{method} %{{customdata}}<br>achieved %{{x:.1%}}<br>{metric} %{{y:.3f}}<extra></extra>"}
-    if dash:
-        trace.update(mode="lines+markers", line={"dash": dash, "color": color})
-    else:
-        trace.update(mode="markers+text", text=labels, textposition="top center")
-    return trace
-
-
-def _pattern(point: Mapping[str, Any]) -> str:
-    pattern = point.get("pattern")
-    return pattern if pattern in PATTERN_STYLES else "unstructured"
