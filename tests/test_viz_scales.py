@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import pytest
 
 from toolkit import viz
-from toolkit.events import SublayerPruned
+from toolkit.events import LambdaStep, SolverStep, SublayerPruned
 
 
 def valid(fig: go.Figure) -> go.Figure:
@@ -35,3 +35,31 @@ def test_error_heatmap_colour_scale_is_fixed_as_cells_fill() -> None:
 def test_error_heatmap_bounds_can_be_chosen() -> None:
     (trace,) = valid(viz.error_heatmap([pruned(0, "q", 0.01)], num_layers=1, bounds=(1e-3, 10.0))).data
     assert (trace.zmin, trace.zmax) == (-3.0, 1.0) and "…10" in trace.colorbar.title.text
+
+
+def test_round_colour_bar_is_discrete_with_whole_ticks() -> None:
+    steps = [SolverStep(layer=0, name="q", solver="fista", step=k, objective=1.0 / (k + 1), values={"round": k // 3})
+             for k in range(9)]
+    marker = valid(viz.convergence_figure(steps)).data[0].marker
+    assert (marker.cmin, marker.cmax) == (-0.5, 2.5) and tuple(marker.colorbar.tickvals) == (0, 1, 2)
+    scale = [tuple(stop) for stop in marker.colorscale]
+    assert len(scale) == 6 and scale[0][1] == scale[1][1] != scale[2][1]  # one flat band per round
+
+
+def lambda_steps(sparsity: list[float]) -> list[LambdaStep]:
+    return [LambdaStep(layer=0, name="q", round=r, lam=0.1, lam_low=0.0, lam_high=1.0, e_total=1.0, e_round=0.1,
+                       ratio=0.1, xi=0.3, sparsity_before_rounding=value, improved=True)
+            for r, value in enumerate(sparsity)]
+
+
+def test_sparsity_before_rounding_stays_on_0_to_100_percent() -> None:
+    for values in ([0.0, 0.0, 0.0], [-0.2, 0.5, 1.3]):
+        fig = valid(viz.lambda_figure(lambda_steps(values)))
+        assert tuple(fig.layout.yaxis3.range) == (0.0, 1.0)
+        assert all(0.0 <= v <= 1.0 for v in fig.data[5].y)
+
+
+def test_lambda_panel_has_a_legend() -> None:
+    fig = valid(viz.lambda_figure(lambda_steps([0.1, 0.2])))
+    assert fig.layout.showlegend and all(trace.showlegend is not False for trace in fig.data)
+    assert {"λ", "λ high", "λ low", "ξ"} <= {trace.name for trace in fig.data}

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 
 from toolkit.events import BlockStep, LambdaStep, LayerDone, SolverStep, SublayerPruned
 from toolkit.live import error_matrix
@@ -258,8 +259,8 @@ def _solver_lines(steps: Sequence[SolverStep], revision: Any, height: int) -> go
              "hovertemplate": "iteration %{x}<br>objective %{y:.5g}<br>round %{customdata[0]} · "
                               "λ %{customdata[1]:.3g}<extra></extra>"}
     if any(r is not None for r in rounds):
-        trace["marker"] = {"size": 5, "color": [r if r is not None else 0 for r in rounds], "colorscale": "Viridis",
-                           "colorbar": {"title": {"text": "round"}, "thickness": 12}, "showscale": True}
+        whole = [int(r) if r is not None else 0 for r in rounds]
+        trace["marker"] = {"size": 5, "color": whole, **round_scale(min(whole), max(whole))}
     else:
         trace["marker"] = {"size": 5, "color": PALETTE[0]}
     positive = all(s.objective > 0 for s in steps if math.isfinite(s.objective))
@@ -270,13 +271,28 @@ def _solver_lines(steps: Sequence[SolverStep], revision: Any, height: int) -> go
     return figure([trace], layout)
 
 
+def round_scale(first: int, last: int) -> Spec:
+    """Marker colour settings for whole rounds ``first..last``: one flat colour band per round.
+
+    Round r fills [r − ½, r + ½] of the colour axis, so the colour bar is discrete and its ticks
+    are the round numbers (at most about ten of them labelled).
+    """
+    count = last - first + 1
+    colors = sample_colorscale("Viridis", [i / max(count - 1, 1) for i in range(count)])
+    scale = [[edge, color] for i, color in enumerate(colors) for edge in (i / count, (i + 1) / count)]
+    step = max(1, math.ceil(count / 10))
+    return {"colorscale": scale, "cmin": first - 0.5, "cmax": last + 0.5, "showscale": True,
+            "colorbar": {"title": {"text": "round"}, "thickness": 12, "tickvals": list(range(first, last + 1, step))}}
+
+
 def lambda_figure(steps: Sequence[LambdaStep], *, revision: Any = None) -> go.Figure:
     """FISTAPruner's λ bisection for one linear: three panels sharing the round axis.
 
     1. λ per round within [λ_low, λ_high] (log scale; a bound of 0 is not drawn);
     2. E_round / E_total per round against the threshold ξ (above ξ, λ goes up);
-    3. the sparsity of the FISTA solution before rounding to the target.
-    Rounds that improved the best error have filled markers, the others open ones.
+    3. the sparsity of the FISTA solution before rounding to the target, on a fixed 0…100% axis.
+    Rounds that improved the best error have filled markers, the others open ones; a legend names
+    every line.
     """
     height = LAMBDA_HEIGHT
     if not steps:
@@ -302,19 +318,22 @@ def lambda_figure(steps: Sequence[LambdaStep], *, revision: Any = None) -> go.Fi
              hovertemplate="round %{x}<br>ratio %{y:.3f}<br>E_round %{customdata[0]:.4g}"
                            "<br>E_total %{customdata[1]:.4g}<extra></extra>"),
         line(gaps([s.xi for s in steps]), "ξ", 2, mode="lines", line={"dash": "dash", "color": "#d62728"}),
-        line(gaps([s.sparsity_before_rounding for s in steps]), "sparsity before rounding", 3,
-             mode="lines+markers", marker=marker, line={"color": PALETTE[2]}),
+        line([None if v is None else min(1.0, max(0.0, v)) for v in gaps([s.sparsity_before_rounding for s in steps])],
+             "sparsity before rounding", 3, mode="lines+markers", marker=marker, line={"color": PALETTE[2]},
+             cliponaxis=False),
     ]
     lams = _finite([s.lam for s in steps] + [s.lam_high for s in steps] + [v for v in low if v])
     domains = stacked(3)
     titles = ("λ and its bounds", "E_round / E_total vs ξ", "sparsity before rounding")
     layout = base_layout(f"λ bisection · layer {first.layer} · {first.name}", height, revision,
-                         margin={"l": 60, "r": 20, "t": 64, "b": 40}, showlegend=False,
+                         margin={"l": 60, "r": 20, "t": 64, "b": 40}, showlegend=True,
+                         legend={"x": 1.02, "y": 1.0, "xanchor": "left", "yanchor": "top", "font": {"size": 11}},
                          xaxis={"anchor": "y3", "title": {"text": "outer round"},
                                 "dtick": 1 if len(steps) <= 30 else None},
                          yaxis={"domain": domains[0], "title": {"text": "λ"},
                                 "type": "log" if lams and min(lams) > 0 else "linear"},
                          yaxis2={"domain": domains[1], "title": {"text": "ratio"}, "rangemode": "tozero"},
-                         yaxis3={"domain": domains[2], "title": {"text": "zeros"}, "tickformat": ".0%"},
+                         yaxis3={"domain": domains[2], "title": {"text": "zeros"}, "tickformat": ".0%",
+                                 "range": [0.0, 1.0]},
                          annotations=[panel_title(t, 0.5, d[1]) for t, d in zip(titles, domains, strict=True)])
     return figure(data, layout)
