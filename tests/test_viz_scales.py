@@ -63,3 +63,23 @@ def test_lambda_panel_has_a_legend() -> None:
     fig = valid(viz.lambda_figure(lambda_steps([0.1, 0.2])))
     assert fig.layout.showlegend and all(trace.showlegend is not False for trace in fig.data)
     assert {"λ", "λ high", "λ low", "ξ"} <= {trace.name for trace in fig.data}
+
+
+def test_solver_panels_hidden_all_run_for_methods_without_a_solver() -> None:
+    from synthetic_runs import run_events
+
+    from app import views
+    from toolkit.events import BlockStep
+    from toolkit.live import RunView
+
+    traced = (SolverStep, LambdaStep, BlockStep)
+    plain = [e for e in run_events(method="wanda") if not isinstance(e, traced)]
+    view = RunView()
+    assert views.visible(view) == {"solver": False, "lambda": False}  # idle: hidden from the start
+    for event in plain:
+        assert views.visible(view.apply(event)) == {"solver": False, "lambda": False}
+    fista = RunView()
+    for event in run_events():
+        fista.apply(event)
+    assert views.visible(fista) == {"solver": True, "lambda": True}
+    assert views.visible(fista.apply(run_events(method="wanda")[0])) == {"solver": False, "lambda": False}
