@@ -15,6 +15,7 @@ if __package__ in (None, ""):  # run as `python app/app.py`: make the repository
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app import compare_tab, run_tab, runs_tab, sweep_tab
+from app.controls import checked_by_forms
 from app.jobs import SESSIONS
 
 TITLE = "PruneLab: post-training pruning of LLMs"
@@ -47,6 +48,7 @@ def build_app(default_model: str = "smollm2-135m", runs_dir: str = "runs"):  # n
             SESSIONS.close_session(run_tab.session_of(request))
 
         demo.unload(on_unload)
+    checked_by_forms(demo)
     return demo
 
 

@@ -61,6 +61,21 @@ def linear_choices(run_ids: list[str], runs_dir: str) -> dict[str, Any]:
     return {"message": "", "layers": [str(layer) for layer in layers], "linears": linears}
 
 
+PANELS = ("masks", "difference", "overlap", "histograms", "all_linears")
+
+
+def cleared(message: str | None = None) -> dict[str, Any]:
+    """Every Compare panel emptied (None clears a plot), with ``message`` when given.
+
+    Sent whenever the panels stop matching the selection: a comparison refused, or the runs,
+    layer, linear or group size changed since the last Compare.
+    """
+    view: dict[str, Any] = dict.fromkeys(PANELS)
+    if message is not None:
+        view["message"] = message
+    return view
+
+
 def compare_view(run_ids: list[str], layer: Any, linear: str, m: Any, runs_dir: str) -> dict[str, Any]:
     """Every Compare figure for the chosen runs and linear, or a ``message`` saying what is wrong."""
     try:
@@ -70,15 +85,17 @@ def compare_view(run_ids: list[str], layer: Any, linear: str, m: Any, runs_dir: 
         compare.check_comparable(records)
         if layer in (None, "") or not linear:
             raise ToolkitError("pick a layer and a linear")
-        group = int(float(m or 4))
+        group = int(float(m if m not in (None, "") else 4))
+        if group < 1:
+            raise ToolkitError(f"the n:m group size m must be a whole number ≥ 1, got {m}")
         masks = compare.load_masks(records, int(layer), str(linear))
         rows = compare.pairwise(masks, group)
         everything = compare.all_linears(records, group)
     except (ToolkitError, ValueError) as exc:
-        return {"message": f"**⚠ {exc}**", "notice": str(exc)}
+        return {**cleared(f"**⚠ {exc}**"), "notice": str(exc)}
     except Exception as exc:  # a damaged file we did not foresee: a message, never a traceback
         log.exception("compare failed")
-        return {"message": f"**⚠ could not compare these runs ({type(exc).__name__}: {exc})**", "notice": str(exc)}
+        return {**cleared(f"**⚠ could not compare these runs ({type(exc).__name__}: {exc})**"), "notice": str(exc)}
     labels = list(masks)
     first = rows[0]
     note = (f"layer {layer} · {linear}: IoU {first['iou']:.3f}, Hamming {first['hamming']:.3f}, "
@@ -147,11 +164,15 @@ def build(gr: Any, *, runs_dir: str, history: Any) -> dict[str, Any]:
         preselect = [run_id for run_id in (mine or [])[-2:] if run_id in ids]
         return gr.update(choices=choices, value=preselect if len(preselect) == 2 else [])
 
-    def on_runs(run_ids: list[str]) -> list[Any]:
+    def on_runs(run_ids: list[str]) -> dict:
         found = linear_choices(run_ids or [], runs_dir)
         layers, linears = found["layers"], found["linears"]
-        return [gr.update(choices=layers, value=layers[0] if layers else None),
-                gr.update(choices=linears, value=linears[0] if linears else None), found["message"]]
+        panels = {outputs[key]: value for key, value in cleared(found["message"]).items()}
+        return {layer: gr.update(choices=layers, value=layers[0] if layers else None),
+                linear: gr.update(choices=linears, value=linears[0] if linears else None), **panels}
+
+    def on_pick() -> dict:  # layer, linear or m changed: the drawn comparison is of another selection
+        return {outputs[key]: value for key, value in cleared().items()}
 
     def on_compare(run_ids: list[str], layer_value: Any, linear_value: str, m: Any) -> dict:
         view = compare_view(run_ids or [], layer_value, linear_value, m, runs_dir)
@@ -161,7 +182,9 @@ def build(gr: Any, *, runs_dir: str, history: Any) -> dict[str, Any]:
         return {outputs[key]: value for key, value in view.items()}
 
     refresh.click(on_refresh, inputs=history, outputs=runs)
-    runs.change(on_runs, inputs=runs, outputs=[layer, linear, message])
+    runs.change(on_runs, inputs=runs, outputs=[layer, linear, *outputs.values()])
+    for picker in (layer, linear, group):
+        picker.change(on_pick, outputs=[outputs[key] for key in PANELS])
     go.click(on_compare, inputs=[runs, layer, linear, group], outputs=list(outputs.values()),
              concurrency_limit=4)
     return {"runs": runs, "refresh": on_refresh}

@@ -1,4 +1,4 @@
-"""Input groups shared by the Run and Sweep tabs (Gradio components + how to read them)."""
+"""Input groups shared by the Run and Sweep tabs (Gradio components + how to read them), and bounds handling."""
 
 from __future__ import annotations
 
@@ -80,3 +80,30 @@ def model_controls(gr: Any, default_model: str, prefix: str = "run") -> tuple[An
     path = gr.Textbox(label="…or a Hugging Face id / local path (overrides the list)", value="",
                       placeholder="facebook/opt-125m, /path/to/checkpoint, model.gguf", elem_id=f"{prefix}-model-path")
     return model, path
+
+
+def checked_by_forms(blocks: Any) -> int:
+    """Let out-of-range numbers reach the forms' own checks; returns how many inputs were changed.
+
+    Gradio refuses a Number or Slider value outside [minimum, maximum] before any handler runs,
+    with a toast that fades (sparsity 150, nsamples 0). The forms check every number and put the
+    error in the status line, where it stays, so each bounded input only rounds to its precision.
+    The bounds still shape the slider and the spinner arrows.
+    """
+    import gradio as gr
+
+    changed = 0
+    for block in blocks.blocks.values():
+        bounded = getattr(block, "minimum", None) is not None or getattr(block, "maximum", None) is not None
+        if bounded and isinstance(block, gr.Number | gr.Slider):
+            block.preprocess = _rounding(block.precision)
+            changed += 1
+    return changed
+
+
+def _rounding(precision: int | None) -> Any:
+    import gradio as gr
+
+    def preprocess(payload: Any) -> Any:
+        return None if payload is None else gr.Number.round_to_precision(payload, precision)
+    return preprocess

@@ -81,7 +81,7 @@ def _follow(job: Job, clock: Callable[[], float], runs_dir: Path, config: RunCon
     view, sent, error = RunView(), None, ""
     yield {"status": f"**▶ starting** · loading {config.model} and the calibration text…", "files": None,
            **{name: views.figure(view, name) for name in views.FIGURES}, "warnings": "", "result": "",
-           "generations": ""}
+           "generations": "", "visible": views.visible(view)}
     next_tick = clock() + PERIOD
     drawn_at: dict[str, float] = dict.fromkeys(views.FIGURES, -math.inf)
     while True:
@@ -104,6 +104,7 @@ def _follow(job: Job, clock: Callable[[], float], runs_dir: Path, config: RunCon
                      key=drawn_at.__getitem__)
         figures = tuple(due[:FIGURES_PER_TICK])
         update, sent = views.render(view, now, sent, figures=figures)
+        update["visible"] = views.visible(view)
         drawn_at.update(dict.fromkeys(figures, now))
         yield update
         next_tick = clock() + PERIOD
@@ -116,7 +117,7 @@ def _final(view: RunView, error: str, runs_dir: Path, config: RunConfig) -> dict
         message = error or "the run ended before it started"
         return {"status": error_status(message), "notice": message}
     update, _ = views.render(view, time.monotonic())
-    update["run_id"] = view.run_id
+    update["run_id"], update["visible"] = view.run_id, views.visible(view)
     if error and view.status not in ("failed", "cancelled"):
         update["status"] += f"\n\n**Error:** {error}"
     if view.status == "finished":
@@ -283,8 +284,8 @@ def _outputs(gr: Any) -> dict[str, Any]:
         heatmap = gr.Plot(views.figure(idle, "heatmap"), show_label=False, elem_id="run-heatmap")
         layers = gr.Plot(views.figure(idle, "layers"), show_label=False, elem_id="run-layers")
     with gr.Row():
-        solver = gr.Plot(views.figure(idle, "solver"), show_label=False, elem_id="run-solver")
-        lam = gr.Plot(views.figure(idle, "lambda"), show_label=False, elem_id="run-lambda")
+        solver = gr.Plot(views.figure(idle, "solver"), show_label=False, elem_id="run-solver", visible=False)
+        lam = gr.Plot(views.figure(idle, "lambda"), show_label=False, elem_id="run-lambda", visible=False)
     with gr.Row():  # structured runs: which heads and channels the global ranking removed
         ranking = gr.Plot(views.figure(idle, "ranking"), show_label=False, elem_id="run-ranking")
         kept = gr.Plot(views.figure(idle, "kept"), show_label=False, elem_id="run-kept")
@@ -311,10 +312,16 @@ def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[s
     # gr is the gradio module, passed in (not a type to pyright); Gradio reads this annotation
     def handler(data: dict, request: gr.Request) -> Iterator[dict]:  # pyright: ignore[reportInvalidTypeForm]
         past = list(data[history] or [])
+        shown: dict[str, bool] = {}
         for update in run_stream(form.read(data), runs_dir=runs_dir, session=session_of(request)):
             notice = update.pop("notice", None)
             if notice:
                 gr.Warning(notice)
+            for name, show in update.pop("visible", {}).items():  # only a change of visibility travels
+                if shown.get(name) != show or name in update:
+                    update[name] = gr.update(value=update[name], visible=show) if name in update else \
+                        gr.update(visible=show)
+                    shown[name] = show
             run_id = update.pop("run_id", None)
             if run_id:
                 past.append(run_id)

@@ -19,7 +19,7 @@ from typing import Any
 from app import forms
 from app.jobs import DONE, SESSIONS, Job, device_queue
 from app.run_tab import PERIOD, _wait_turn, error_status, session_of
-from toolkit import viz, viz_quant
+from toolkit import viz_quant, viz_sweep
 from toolkit.api import RunConfig
 from toolkit.errors import ToolkitError
 from toolkit.events import Event, RunStarted
@@ -86,10 +86,10 @@ def _view(points: list[SweepPoint], total: int, current: RunView, now: float, no
     rows = [p.to_dict() for p in points]
     dense = dense_reference(points)
     update = {"status": "\n\n".join(lines), "table": table(points),
-              "curve": viz.sweep_figure(rows, dense_ppl=dense, revision="sweep"),
+              "curve": viz_sweep.sweep_figure(rows, dense_ppl=dense, revision="sweep"),
               "bits_curve": viz_quant.bits_figure([p for p in rows if p["quant"]], dense_ppl=dense, revision="bits")}
     if any(math.isfinite(p.accuracy) for p in points):  # the sweep scored zero-shot tasks
-        update["accuracy"] = viz.sweep_figure(rows, dense_ppl=dense_reference(points, "dense_accuracy"),
+        update["accuracy"] = viz_sweep.sweep_figure(rows, dense_ppl=dense_reference(points, "dense_accuracy"),
                                               title="mean zero-shot accuracy vs sparsity", revision="sweep-accuracy",
                                               metric="accuracy")
     return update
@@ -181,8 +181,8 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
             status = gr.Markdown("Pick methods and sparsities, then **Run sweep**. Runs already in the store "
                                  "with the same protocol are reused.", elem_id="sweep-status")
             with gr.Row():
-                curve = gr.Plot(viz.sweep_figure([]), show_label=False, elem_id="sweep-curve")
-                accuracy = gr.Plot(viz.sweep_figure([], title="mean zero-shot accuracy vs sparsity",
+                curve = gr.Plot(viz_sweep.sweep_figure([]), show_label=False, elem_id="sweep-curve")
+                accuracy = gr.Plot(viz_sweep.sweep_figure([], title="mean zero-shot accuracy vs sparsity",
                                                     metric="accuracy"), show_label=False, elem_id="sweep-accuracy")
             bits_curve = gr.Plot(viz_quant.bits_figure([]), show_label=False, elem_id="sweep-bits-curve")
             results = gr.Dataframe(headers=list(COLUMNS), value=[], interactive=False, label="Results",

@@ -41,6 +41,21 @@ def figure(view: RunView, name: str) -> Any:
     return viz.lambda_figure(view.lambdas.steps, revision=key)
 
 
+SOLVER_PANELS = ("solver", "lambda")
+
+
+def visible(view: RunView) -> dict[str, bool]:
+    """Which solver panels have something to draw: hidden for methods without an iterative solver.
+
+    The convergence panel shows for a solver trace (FISTAPruner, AWP), Thanos' block steps or a
+    structured run's Newton steps; the λ panel for FISTAPruner's λ bisection or AWP's projection
+    trace. A magnitude, Wanda or SparseGPT run never fills them, so they stay hidden all run.
+    """
+    solver = bool(view.solver.steps or view.blocks.steps or view.structure.newton)
+    lam = bool(view.lambdas.steps) or viz_quant.has_projection_trace(view.solver.steps)
+    return {"solver": solver, "lambda": lam}
+
+
 STATUS_WORDS = {"running": "▶ running", "finished": "✓ finished", "failed": "✗ failed", "cancelled": "■ cancelled",
                 "idle": "idle"}
 

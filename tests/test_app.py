@@ -254,7 +254,9 @@ def test_compare_tab(tmp_path: Path) -> None:
     view = compare_tab.compare_view([a.name, b.name], "1", "mlp.down_proj", 4, str(tmp_path))
     assert "IoU" in view["message"] and len(view["masks"].data) == 2 and len(view["all_linears"].data) == 3
     bad = compare_tab.compare_view([a.name, other.name], "0", "mlp.down_proj", 4, str(tmp_path))
-    assert "different models" in bad["message"] and "masks" not in bad
+    assert "different models" in bad["message"]
+    assert all(bad[panel] is None for panel in compare_tab.PANELS)  # the previous comparison is cleared
+    assert compare_tab.cleared() == dict.fromkeys(compare_tab.PANELS)  # a new selection: panels emptied
     assert "two or more" in compare_tab.compare_view([a.name], "0", "x", 4, str(tmp_path))["message"]
     assert "not in" in compare_tab.compare_view([a.name, "gone"], "0", "x", 4, str(tmp_path))["message"]
     assert "no mask" in compare_tab.compare_view([a.name, b.name], "7", "x", 4, str(tmp_path))["message"]
@@ -281,3 +283,24 @@ def test_sweep_over_bits_draws_perplexity_against_bits_per_weight(tmp_path: Path
     (curve, dense) = final["bits_curve"].data
     assert list(curve.text) == ["int2:g128", "int3:g128", "int4:g128"] and "dense" in dense.name
     assert list(curve.x) == sorted(curve.x) and 2 < curve.x[0] < curve.x[-1] < 5
+
+
+def test_out_of_range_numbers_reach_the_status_line(tmp_path: Path) -> None:
+    from app.app import build_app
+
+    demo = build_app(default_model="tiny-llama", runs_dir=str(tmp_path))
+    bounded = [b for b in demo.blocks.values() if getattr(b, "minimum", None) is not None
+               or getattr(b, "maximum", None) is not None]
+    percent = next(b for b in bounded if b.elem_id == "run-percent")
+    nsamples = next(b for b in bounded if b.elem_id == "run-nsamples")
+    assert percent.preprocess(150) == 150 and nsamples.preprocess(0) == 0  # not a Gradio toast before the form
+    for block in bounded:
+        block.preprocess(-1e9)
+        block.preprocess(1e9)
+    for fields, message in (({"percent": 150}, "outside"), ({"protocol": forms.Protocol(nsamples=0)}, "nsamples")):
+        (update,) = drain(run_stream(settings(**fields), runs_dir=str(tmp_path), session="bounds"))
+        assert message in update["status"] and update["status"].startswith("**⚠")
+    runs = [write_run(tmp_path, {"model": "tiny-llama", "method": m, "sparsity": "50%"}, seed=i).name
+            for i, m in enumerate(("wanda", "magnitude"))]
+    refused = compare_tab.compare_view(runs, "0", "mlp.down_proj", -2, str(tmp_path))
+    assert "group size m must be a whole number ≥ 1, got -2" in refused["message"]

@@ -112,7 +112,7 @@ def test_progress_moves_while_a_run_is_going(url: str, chromium: Any, held: Gate
         held.release(1)
         wait_for_linears(page, done)
         wait_for_text(page, "#run-status", f"{done / 14:.0%} of linears")
-        assert "▶ running" in status(page) and "layer 1 of 2" in status(page)
+        assert "▶ running" in status(page) and "layer 0 · 0 of 2 layers done" in status(page)
     held.open()
     wait_for_text(page, "#run-status", "✓ finished")
     watch = recorded(page)
@@ -210,3 +210,18 @@ def test_a_structured_run_shows_the_ranking_and_kept_panels(url: str, chromium: 
     assert re.search(r"heads \(by index\): \d+ of \d+ kept", kept), kept
     assert re.search(r"channels \(by index\): \d+ of \d+ kept", kept), kept
     assert "Newton iterations" in (page.text_content("#run-solver .gtitle") or "")
+
+
+def test_out_of_range_input_stays_in_the_status_line_and_solver_panels_hide(url: str, chromium: Any) -> None:
+    page = open_page(chromium, url)
+    page.get_by_text("Calibration, evaluation, device").click()
+    page.locator("#run-nsamples input").fill("0")
+    page.click("#run-button")
+    wait_for_text(page, "#run-status", "nsamples must be a whole number ≥ 1")
+    page.wait_for_timeout(6000)  # a toast would have faded by now: the status line keeps the message
+    assert "nsamples must be a whole number ≥ 1" in status(page)
+    page.locator("#run-nsamples input").fill("4")
+    page.click("#run-button")  # wanda: no iterative solver
+    wait_for_text(page, "#run-status", "✓ finished")
+    assert not page.locator("#run-solver").is_visible() and not page.locator("#run-lambda").is_visible()
+    assert "layers done" in status(page)

@@ -63,7 +63,8 @@ def test_progress_eta_and_elapsed_use_the_consumer_clock() -> None:
     assert view.elapsed(104.0) == 4.0
     assert view.eta(105.0) == 12.0  # 4 s for a quarter → 12 s left
     line = progress_line(view, 105.0)
-    assert "layer 1 of 2" in line and "25% of linears" in line and "elapsed 5.0 s" in line and "12 s left" in line
+    assert line.startswith("layer 0 · 0 of 2 layers done · ") and "25% of linears" in line
+    assert "elapsed 5.0 s" in line and "12 s left" in line
 
 
 def test_failures_and_cancellation() -> None:
@@ -98,3 +99,12 @@ def test_format_seconds() -> None:
     assert format_seconds(math.nan) == "–"
     assert format_seconds(4.24) == "4 s" and format_seconds(4.24, tenths=True) == "4.2 s"
     assert format_seconds(185) == "3 min 05 s" and format_seconds(3720) == "1 h 02 min"
+
+
+def test_status_line_counts_layers_from_0_like_the_heatmap() -> None:
+    events = run_events(layers=2, finished=False)
+    second_layer = next(i for i, e in enumerate(events) if isinstance(e, SublayerPruned) and e.layer == 1)
+    view = fold(events[: second_layer + 1])
+    line = progress_line(view, 0.0)
+    assert line.startswith("layer 1 · 1 of 2 layers done · ") and view.pruned[-1].layer == 1
+    assert "of 2 ·" not in line  # no 1-based "layer 2 of 2" beside a heat-map row 1

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import pytest
 from synthetic_runs import run_events
 
-from toolkit import viz, viz_masks
+from toolkit import viz, viz_masks, viz_sweep
 from toolkit.events import BlockStep, LambdaStep, LayerDone, SolverStep, SublayerPruned
 from toolkit.live import fold
 
@@ -34,7 +34,8 @@ def test_error_heatmap_grid_values_and_title() -> None:
     (trace,) = fig.data
     assert trace.type == "heatmap" and list(trace.x) == ["q_proj", "down_proj"]
     z = [list(row) for row in trace.z]
-    assert len(z) == 3 and z[0] == [pytest.approx(0.1), pytest.approx(0.11)]
+    assert len(z) == 3 and z[0] == [pytest.approx(-1.0), pytest.approx(math.log10(0.11))]  # log10 colour
+    assert list(trace.customdata[0]) == [pytest.approx(0.1), pytest.approx(0.11)]  # exact values on hover
     assert z[1][1] is None and z[2] == [None, None]  # not yet pruned: empty cells
     assert "3 of 6 linears" in fig.layout.title.text
     assert fig.layout.yaxis.autorange == "reversed" and fig.layout.uirevision is not None
@@ -105,14 +106,14 @@ def test_sweep_figure_lines_nm_points_and_dense() -> None:
                 "ppl": math.nan},
                {"method": "magnitude", "sparsity": "structured:30%", "pattern": "structured", "achieved_sparsity": 0.3,
                 "ppl": 90.0}]
-    fig = valid(viz.sweep_figure(points, dense_ppl=20.0))
+    fig = valid(viz_sweep.sweep_figure(points, dense_ppl=20.0))
     names = [t.name for t in fig.data]
     assert names == ["wanda", "wanda (n:m)", "magnitude (structured)", "dense (20.00)"]
     assert list(fig.data[0].x) == [0.1, 0.5]  # sorted by sparsity
     assert fig.data[1].mode == "markers+text" and list(fig.data[1].text) == ["2:4"]
     assert list(fig.data[3].y) == [20.0, 20.0] and fig.layout.yaxis.type == "log"
     assert fig.data[0].marker.color == fig.data[1].marker.color  # one colour per method
-    assert not valid(viz.sweep_figure([])).data
+    assert not valid(viz_sweep.sweep_figure([])).data
 
 
 def test_downsample_block_average() -> None:
@@ -190,7 +191,7 @@ def test_sweep_figure_of_mean_accuracy() -> None:
                "accuracy": acc} for s, a, acc in (("50%", 0.5, 0.41), ("30%", 0.3, 0.45))]
     points.append({"method": "magnitude", "sparsity": "50%", "pattern": "unstructured", "achieved_sparsity": 0.5,
                    "ppl": 40.0, "accuracy": math.nan})  # no tasks scored: no accuracy point
-    fig = valid(viz.sweep_figure(points, dense_ppl=0.48, metric="accuracy", title="mean zero-shot accuracy"))
+    fig = valid(viz_sweep.sweep_figure(points, dense_ppl=0.48, metric="accuracy", title="mean zero-shot accuracy"))
     assert [t.name for t in fig.data] == ["wanda", "dense (0.480)"]
     assert list(fig.data[0].y) == [0.45, 0.41] and fig.layout.yaxis.type != "log"
     assert "accuracy" in fig.layout.yaxis.title.text

@@ -160,11 +160,9 @@ class RunView:
         spent = now - self.prune_started_at
         return spent * (1.0 - done) / done
 
-    def layer_progress(self) -> tuple[int, int]:
-        """(layer being pruned, 1-based; number of layers)."""
-        done = len(self.layers_done)
-        current = self.current_layer + 1 if self.current_layer >= 0 else 0
-        return (max(done, current), self.num_layers)
+    def layer_progress(self) -> tuple[int, int, int]:
+        """(layer being pruned, from 0 as in the heat-map, -1 before the first; layers done; layers)."""
+        return (self.current_layer, len(self.layers_done), self.num_layers)
 
     def heatmap_matrix(self) -> tuple[list[list[float]], list[str]]:
         """Relative error per (layer, linear) as rows × columns (nan = not yet), and the columns."""
@@ -358,7 +356,9 @@ def format_seconds(seconds: float, tenths: bool = False) -> str:
 
 
 def progress_line(view: RunView, now: float) -> str:
-    """One line: ``layer 3 of 30 · q_proj · 12% · elapsed 40 s · about 4 min 50 s left``.
+    """One line: ``layer 3 · 3 of 30 layers done · q_proj · 12% of linears · elapsed 40 s · about 4 min 50 s left``.
+
+    Layers are counted from 0, as in the heat-map, the figure titles and the events.
 
     While an evaluation stage runs: ``evaluating pruned · window 40/210 · elapsed … · about … left``.
     """
@@ -368,8 +368,9 @@ def progress_line(view: RunView, now: float) -> str:
         eta = view.eta(now)
         return " · ".join([view.evals.stage_line(), f"elapsed {format_seconds(view.elapsed(now), tenths=True)}",
                            f"about {format_seconds(eta)} left" if math.isfinite(eta) else "estimating time left"])
-    layer, total = view.layer_progress()
-    parts = [f"layer {layer} of {total}" if total else "starting"]
+    layer, done, total = view.layer_progress()
+    parts = [f"layer {layer}"] if view.status == "running" and layer >= 0 else []
+    parts.append(f"{done} of {total} layers done" if total else "starting")
     if view.current_linear and view.status == "running":
         parts.append(view.current_linear)
     parts.append(f"{view.fraction_done:.0%} of linears")

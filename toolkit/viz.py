@@ -2,7 +2,7 @@
 
 Each builder takes the events of one kind (as kept by :class:`toolkit.live.RunView`) and returns
 a ``plotly.graph_objects.Figure``; the Gradio app and the notebook widgets draw the same figures.
-Mask figures live in :mod:`toolkit.viz_masks`.
+Mask figures live in :mod:`toolkit.viz_masks`, sweep curves in :mod:`toolkit.viz_sweep`.
 
 - :func:`error_heatmap`: relative reconstruction error, decoder layer × linear (SublayerPruned).
 - :func:`layer_error_figure`: the layer output error per decoder layer (LayerDone).
@@ -10,7 +10,6 @@ Mask figures live in :mod:`toolkit.viz_masks`.
   per block (BlockStep).
 - :func:`lambda_figure`: FISTAPruner's λ bisection (LambdaStep): λ within its bounds, the
   rounding-error ratio E_round/E_total against ξ, the sparsity before rounding.
-- :func:`sweep_figure`: sparsity vs perplexity per method, dense as a reference line.
 
 Figures are written as plain dicts and wrapped without plotly's property validation
 (:func:`figure`): validation costs 30–50 ms a figure, too slow to redraw a live run several times
@@ -20,10 +19,11 @@ a second beside the pruning thread. The tests validate every builder's output in
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 
 from toolkit.events import BlockStep, LambdaStep, LayerDone, SolverStep, SublayerPruned
 from toolkit.live import error_matrix
@@ -32,6 +32,7 @@ PALETTE = ("#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#F
            "#FECB52")  # plotly's qualitative.Plotly
 HEIGHT = 340
 LAMBDA_HEIGHT = 500  # three stacked panels
+ERROR_BOUNDS = (1e-4, 1.0)  # the error heat-map's fixed colour range (relative error, log scale)
 Spec = dict[str, Any]
 
 
@@ -146,11 +147,15 @@ def heatmap_height(num_layers: int) -> int:
 def error_heatmap(
     pruned: Sequence[SublayerPruned], *, num_layers: int = 0, linears: Sequence[str] = (),
     title: str = "relative reconstruction error ‖ΔW·X‖ / ‖W·X‖", revision: Any = None,
+    bounds: tuple[float, float] = ERROR_BOUNDS,
 ) -> go.Figure:
     """Heat-map of ``rel_error``: rows are decoder layers (0 at the top), columns the linears.
 
-    Cells not pruned yet are empty; ``num_layers`` and ``linears`` (from RunStarted) lay the grid
-    out before the first event arrives so it fills in place. The title counts the cells filled.
+    Colour is log10(rel_error) on a fixed scale, ``bounds`` (default 1e-4…1, stated in the colour
+    bar): a filled cell keeps its colour as the run goes, and two runs read the same by eye. Values
+    outside the bounds take the end colours; the hover gives the exact value. Cells not pruned yet
+    are empty; ``num_layers`` and ``linears`` (from RunStarted) lay the grid out before the first
+    event arrives so it fills in place. The title counts the cells filled.
     """
     matrix, columns = error_matrix(pruned, num_layers, linears)
     rows = len(matrix)
@@ -160,19 +165,38 @@ def error_heatmap(
     height = heatmap_height(rows)
     if not rows or not columns:
         return note_figure(title, "waiting for the first pruned linear", height, revision)
-    values = _finite([v for row in matrix for v in row])
+    low, high = bounds
     cells = {(e.layer, e.name): _cell_text(e) for e in pruned}
     text = [[cells.get((i, c), "not yet") for c in columns] for i in range(rows)]
-    trace = {"type": "heatmap", "z": [gaps(row) for row in matrix], "x": short_names(columns),
-             "y": list(range(rows)), "text": text, "colorscale": "Viridis", "zmin": 0.0,
-             "zmax": max(values) if values else 1.0, "colorbar": {"title": {"text": "rel. error"}}, "xgap": 1,
-             "ygap": 1, "hovertemplate": "layer %{y} · %{x}<br>rel. error %{z:.4f}<br>%{text}<extra></extra>"}
+    trace = {"type": "heatmap", "z": [log_scale(row, bounds) for row in matrix], "x": short_names(columns),
+             "y": list(range(rows)), "text": text, "customdata": [gaps(row) for row in matrix],
+             "colorscale": "Viridis", "zmin": math.log10(low), "zmax": math.log10(high),
+             "colorbar": _log_colorbar(bounds), "xgap": 1, "ygap": 1,
+             "hovertemplate": "layer %{y} · %{x}<br>rel. error %{customdata:.4g}<br>%{text}<extra></extra>"}
     layout = base_layout(title, height, revision,
                          yaxis={"title": {"text": "decoder layer"}, "autorange": "reversed",
                                 "dtick": 1 if rows <= 32 else None},
                          xaxis={"title": {"text": "linear"}},
                          annotations=[] if pruned else [note("waiting for the first pruned linear")])
     return figure([trace], layout)
+
+
+def log_scale(values: Sequence[Any], bounds: tuple[float, float] = ERROR_BOUNDS) -> list[float | None]:
+    """log10(v) clipped to [log10(low), log10(high)] (0 and below → low end); nan/inf → None (empty cell)."""
+    low, high = (math.log10(b) for b in bounds)
+    out: list[float | None] = []
+    for value in gaps(values):
+        out.append(None if value is None else low if value <= 0 else min(high, max(low, math.log10(value))))
+    return out
+
+
+def _log_colorbar(bounds: tuple[float, float]) -> Spec:
+    """Colour bar ticks at each power of ten within ``bounds``, titled with the scale it states."""
+    low, high = (round(math.log10(b)) for b in bounds)
+    ticks = list(range(low, high + 1))
+    labels = [f"{10.0 ** t:g}" for t in ticks]
+    return {"title": {"text": f"rel. error<br>(log, fixed {labels[0]}…{labels[-1]})"}, "tickvals": ticks,
+            "ticktext": labels}
 
 
 def _cell_text(event: SublayerPruned) -> str:
@@ -235,8 +259,8 @@ def _solver_lines(steps: Sequence[SolverStep], revision: Any, height: int) -> go
              "hovertemplate": "iteration %{x}<br>objective %{y:.5g}<br>round %{customdata[0]} · "
                               "λ %{customdata[1]:.3g}<extra></extra>"}
     if any(r is not None for r in rounds):
-        trace["marker"] = {"size": 5, "color": [r if r is not None else 0 for r in rounds], "colorscale": "Viridis",
-                           "colorbar": {"title": {"text": "round"}, "thickness": 12}, "showscale": True}
+        whole = [int(r) if r is not None else 0 for r in rounds]
+        trace["marker"] = {"size": 5, "color": whole, **round_scale(min(whole), max(whole))}
     else:
         trace["marker"] = {"size": 5, "color": PALETTE[0]}
     positive = all(s.objective > 0 for s in steps if math.isfinite(s.objective))
@@ -247,13 +271,28 @@ def _solver_lines(steps: Sequence[SolverStep], revision: Any, height: int) -> go
     return figure([trace], layout)
 
 
+def round_scale(first: int, last: int) -> Spec:
+    """Marker colour settings for whole rounds ``first..last``: one flat colour band per round.
+
+    Round r fills [r − ½, r + ½] of the colour axis, so the colour bar is discrete and its ticks
+    are the round numbers (at most about ten of them labelled).
+    """
+    count = last - first + 1
+    colors = sample_colorscale("Viridis", [i / max(count - 1, 1) for i in range(count)])
+    scale = [[edge, color] for i, color in enumerate(colors) for edge in (i / count, (i + 1) / count)]
+    step = max(1, math.ceil(count / 10))
+    return {"colorscale": scale, "cmin": first - 0.5, "cmax": last + 0.5, "showscale": True,
+            "colorbar": {"title": {"text": "round"}, "thickness": 12, "tickvals": list(range(first, last + 1, step))}}
+
+
 def lambda_figure(steps: Sequence[LambdaStep], *, revision: Any = None) -> go.Figure:
     """FISTAPruner's λ bisection for one linear: three panels sharing the round axis.
 
     1. λ per round within [λ_low, λ_high] (log scale; a bound of 0 is not drawn);
     2. E_round / E_total per round against the threshold ξ (above ξ, λ goes up);
-    3. the sparsity of the FISTA solution before rounding to the target.
-    Rounds that improved the best error have filled markers, the others open ones.
+    3. the sparsity of the FISTA solution before rounding to the target, on a fixed 0…100% axis.
+    Rounds that improved the best error have filled markers, the others open ones; a legend names
+    every line.
     """
     height = LAMBDA_HEIGHT
     if not steps:
@@ -279,79 +318,22 @@ def lambda_figure(steps: Sequence[LambdaStep], *, revision: Any = None) -> go.Fi
              hovertemplate="round %{x}<br>ratio %{y:.3f}<br>E_round %{customdata[0]:.4g}"
                            "<br>E_total %{customdata[1]:.4g}<extra></extra>"),
         line(gaps([s.xi for s in steps]), "ξ", 2, mode="lines", line={"dash": "dash", "color": "#d62728"}),
-        line(gaps([s.sparsity_before_rounding for s in steps]), "sparsity before rounding", 3,
-             mode="lines+markers", marker=marker, line={"color": PALETTE[2]}),
+        line([None if v is None else min(1.0, max(0.0, v)) for v in gaps([s.sparsity_before_rounding for s in steps])],
+             "sparsity before rounding", 3, mode="lines+markers", marker=marker, line={"color": PALETTE[2]},
+             cliponaxis=False),
     ]
     lams = _finite([s.lam for s in steps] + [s.lam_high for s in steps] + [v for v in low if v])
     domains = stacked(3)
     titles = ("λ and its bounds", "E_round / E_total vs ξ", "sparsity before rounding")
     layout = base_layout(f"λ bisection · layer {first.layer} · {first.name}", height, revision,
-                         margin={"l": 60, "r": 20, "t": 64, "b": 40}, showlegend=False,
+                         margin={"l": 60, "r": 20, "t": 64, "b": 40}, showlegend=True,
+                         legend={"x": 1.02, "y": 1.0, "xanchor": "left", "yanchor": "top", "font": {"size": 11}},
                          xaxis={"anchor": "y3", "title": {"text": "outer round"},
                                 "dtick": 1 if len(steps) <= 30 else None},
                          yaxis={"domain": domains[0], "title": {"text": "λ"},
                                 "type": "log" if lams and min(lams) > 0 else "linear"},
                          yaxis2={"domain": domains[1], "title": {"text": "ratio"}, "rangemode": "tozero"},
-                         yaxis3={"domain": domains[2], "title": {"text": "zeros"}, "tickformat": ".0%"},
+                         yaxis3={"domain": domains[2], "title": {"text": "zeros"}, "tickformat": ".0%",
+                                 "range": [0.0, 1.0]},
                          annotations=[panel_title(t, 0.5, d[1]) for t, d in zip(titles, domains, strict=True)])
     return figure(data, layout)
-
-
-def sweep_figure(points: Sequence[Mapping[str, Any]], *, dense_ppl: float | None = None,
-                 title: str = "perplexity vs sparsity", revision: Any = None, metric: str = "ppl") -> go.Figure:
-    """Sparsity (achieved) vs perplexity, one line per method; n:m points as separate diamonds.
-
-    ``points`` are dicts (:meth:`toolkit.sweep.SweepPoint.to_dict`) with ``method``, ``sparsity``
-    (the asked label, shown on hover), ``pattern`` (the target's kind: ``unstructured`` | ``nm`` |
-    ``structured`` | ``none``; points without one are drawn as unstructured), ``achieved_sparsity``
-    and ``ppl`` (nan / None when not measured). ``dense_ppl`` draws a dashed reference line. The
-    perplexity axis is logarithmic. With ``metric="accuracy"`` the y values are the points'
-    ``accuracy`` (mean zero-shot accuracy over tasks) on a linear axis, and ``dense_ppl`` is the
-    dense model's mean accuracy.
-    """
-    methods = list(dict.fromkeys(str(p["method"]) for p in points))
-    data = []
-    for method in methods:
-        mine = [p for p in points if p["method"] == method and math.isfinite(_float(p.get(metric)))]
-        for pattern in PATTERN_STYLES:
-            group = sorted((p for p in mine if _pattern(p) == pattern),
-                           key=lambda p: _float(p.get("achieved_sparsity")))
-            if group:
-                data.append(_sweep_trace(method, pattern, group, method_color(method, methods), metric))
-    if dense_ppl is not None and math.isfinite(dense_ppl):
-        xs = _finite([_float(p.get("achieved_sparsity")) for p in points])
-        data.append({"type": "scatter", "mode": "lines", "name": f"dense ({dense_ppl:.{2 if metric == 'ppl' else 3}f})",
-                     "x": [0.0, max([*xs, 0.7])], "y": [dense_ppl, dense_ppl],
-                     "line": {"dash": "dash", "color": "#444"}})
-    if not data:
-        return note_figure(title, "points appear as the runs finish", 420, revision)
-    yaxis = {"title": {"text": "perplexity (log)"}, "type": "log"} if metric == "ppl" else \
-        {"title": {"text": "mean zero-shot accuracy"}, "tickformat": ".0%"}
-    layout = base_layout(title, 420, revision, xaxis={"title": {"text": "sparsity (achieved)"}, "tickformat": ".0%"},
-                         yaxis=yaxis)
-    return figure(data, layout)
-
-
-PATTERN_STYLES = {  # pattern → (marker, line dash or None for markers only, legend suffix)
-    "unstructured": ("circle", "solid", ""), "structured": ("square", "dot", " (structured)"),
-    "nm": ("diamond", None, " (n:m)"), "none": ("star", None, " (no sparsity)"),
-}
-
-
-def _sweep_trace(method: str, pattern: str, group: list[Mapping[str, Any]], color: str, metric: str) -> Spec:
-    symbol, dash, suffix = PATTERN_STYLES[pattern]
-    labels = [str(p["sparsity"]) for p in group]
-    trace = {"type": "scatter", "name": method + suffix, "legendgroup": method,
-             "x": [_float(p.get("achieved_sparsity")) for p in group], "y": [_float(p[metric]) for p in group],
-             "marker": {"symbol": symbol, "size": 9 if dash else 12, "color": color}, "customdata": labels,
-             "hovertemplate": f"{method} %{{customdata}}<br>achieved %{{x:.1%}}<br>{metric} %{{y:.3f}}<extra></extra>"}
-    if dash:
-        trace.update(mode="lines+markers", line={"dash": dash, "color": color})
-    else:
-        trace.update(mode="markers+text", text=labels, textposition="top center")
-    return trace
-
-
-def _pattern(point: Mapping[str, Any]) -> str:
-    pattern = point.get("pattern")
-    return pattern if pattern in PATTERN_STYLES else "unstructured"

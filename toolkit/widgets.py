@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkit import compare, viz, viz_masks, viz_quant
+from toolkit import compare, viz, viz_masks, viz_quant, viz_sweep
 from toolkit.api import CancelToken, RunConfig, list_methods, list_runs, open_run, run
 from toolkit.errors import ToolkitError
 from toolkit.live import RunView, format_seconds, progress_line
@@ -249,5 +249,5 @@ def sweep_plot(*, model: str | None = None, methods: Sequence[str] = (), sparsit
         points = [p for p in run_sweep(configs) if isinstance(p, SweepPoint)]
     else:
         points = stored_points(list_runs(runs_dir), model)
-    return viz.sweep_figure([p.to_dict() for p in points], dense_ppl=dense_reference(points),
+    return viz_sweep.sweep_figure([p.to_dict() for p in points], dense_ppl=dense_reference(points),
                             title=f"perplexity vs sparsity · {model or 'all models'}")
