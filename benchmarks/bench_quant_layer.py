@@ -3,9 +3,12 @@
     python -m benchmarks.bench_quant_layer                         # 576×1536 and 1536×576 (SmolLM2 sizes)
     python -m benchmarks.bench_quant_layer --shapes 4096x4096 --device cuda
     python -m benchmarks.bench_quant_layer --bits 4 --group 64 --sparsity 2:4
+    python -m benchmarks.bench_quant_layer --shapes 512x512 --stats outliers --sparsity 50%
 
 Statistics: the correlated Gram of ``benchmarks.bench_thanos_layer.random_stats`` (random covariance,
-uneven column scales), W ~ N(0, 1), the same for every method. One record per (shape, task, setting,
+uneven column scales) or, with ``--stats outliers``, :func:`outlier_stats` (rank-32 correlated inputs plus
+noise, log-normal column scales and 6 channels ×20, as LLM activations have); W ~ N(0, 1), the same for every
+method. One record per (shape, task, setting,
 method): ``rel_error`` = ‖ΔW X‖/‖W X‖ = sqrt(tr(ΔW C ΔWᵀ)/tr(W C Wᵀ)) from the Gram, ``seconds`` the best
 wall time of ``--repeats`` solves after an untimed warm-up. Tasks: ``quant`` (int{bits}:g{group}),
 ``prune`` (``--sparsity``) and ``joint`` (sparsity + int4). AWP runs with the paper's defaults.
@@ -31,6 +34,21 @@ JOINT_METHODS = ("wanda+awq", "awq+wanda", "awp")
 INFO_KEYS = ("iterations", "stop", "alpha", "objective_init")
 
 
+OUTLIER_RANK, OUTLIERS, OUTLIER_FACTOR = 32, 6, 20.0
+
+
+def outlier_stats(cols: int, tokens: int, device: torch.device, seed: int) -> LinearStats:
+    """Mean Gram of x = (z·M/√rank + 0.3·ε) ⊙ s: low-rank correlation, uneven scales, a few outlier channels."""
+    rank, outliers, factor = OUTLIER_RANK, OUTLIERS, OUTLIER_FACTOR
+    gen = torch.Generator().manual_seed(seed)
+    X = torch.randn(tokens, rank, generator=gen) @ torch.randn(rank, cols, generator=gen) / rank**0.5
+    X = X + 0.3 * torch.randn(tokens, cols, generator=gen)
+    scale = torch.exp(0.5 * torch.randn(cols, generator=gen))
+    scale[torch.randperm(cols, generator=gen)[:outliers]] *= factor
+    X = (X * scale).to(device)
+    return LinearStats(gram=X.T @ X / tokens, count=tokens)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -43,10 +61,11 @@ def rel_error(W: torch.Tensor, new: torch.Tensor, stats: LinearStats) -> float:
 
 
 def run_one(name: str, W: torch.Tensor, stats: LinearStats, target: Target | None, quant: QuantSpec | None,
-            repeats: int) -> dict:
-    """Best-of-``repeats`` wall time, relative error and a few ``info`` entries of one solver."""
+            args: argparse.Namespace) -> dict:
+    """Best-of-``args.repeats`` wall time, relative error and a few ``info`` entries of one solver."""
     spec = get_method(name)
-    cfg = spec.make_config({})
+    cfg = spec.make_config(args.awp if name == "awp" else {})
+    repeats = args.repeats
     best = float("inf")
     for _ in range(repeats):
         _sync(W.device)
@@ -62,7 +81,7 @@ def run_one(name: str, W: torch.Tensor, stats: LinearStats, target: Target | Non
 def bench(rows: int, cols: int, args: argparse.Namespace) -> list[dict]:
     """Every task and method on one (rows, cols) linear."""
     device = torch.device(args.device)
-    stats = random_stats(cols, args.tokens, device, args.seed)
+    stats = (outlier_stats if args.stats == "outliers" else random_stats)(cols, args.tokens, device, args.seed)
     W = torch.randn(rows, cols, generator=torch.Generator().manual_seed(args.seed + 1)).to(device)
     target = parse_sparsity(args.sparsity)
     int4 = QuantSpec(4, args.group)
@@ -73,7 +92,7 @@ def bench(rows: int, cols: int, args: argparse.Namespace) -> list[dict]:
     for task, setting, sparsity, quant, methods in tasks:
         for name in methods:
             record = {"shape": [rows, cols], "task": task, "setting": setting}
-            record.update(run_one(name, W, stats, sparsity, quant, args.repeats))
+            record.update(run_one(name, W, stats, sparsity, quant, args))
             records.append(record | {"device": str(device), "threads": torch.get_num_threads()})
     return records
 
@@ -84,13 +103,20 @@ def main() -> None:
     parser.add_argument("--bits", default="4,3,2", help="bit widths of the quant task")
     parser.add_argument("--group", type=int, default=128, help="quantization group size (0 = per row)")
     parser.add_argument("--sparsity", default="50%", help="pruning target of the prune and joint tasks")
+    parser.add_argument("--stats", default="random", choices=("random", "outliers"),
+                        help="calibration Gram: random covariance, or low-rank with outlier channels")
     parser.add_argument("--tokens", type=int, default=4096, help="calibration tokens behind the Gram")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=1, help="timed solves per method; the best is reported")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--awp", action="append", default=[], metavar="KEY=VALUE",
+                        help="an AWP option (repeatable), e.g. --awp joint_init=dense --awp keep_best=true")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     args = parser.parse_args()
     args.bits = [int(b) for b in args.bits.split(",")]
+    if any("=" not in item for item in args.awp):
+        parser.error(f"--awp takes KEY=VALUE, got {[item for item in args.awp if '=' not in item]}")
+    args.awp = dict(item.split("=", 1) for item in args.awp)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     warm = argparse.Namespace(**{**vars(args), "tokens": 64, "repeats": 1})

@@ -192,6 +192,19 @@ def test_joint_is_exactly_sparse_and_on_the_grid(problem, target, order) -> None
     assert int(state.codes.max()) <= 15 and result.info["mode"] == "joint"
 
 
+@pytest.mark.parametrize("sparsity", (0.5, 0.75))
+def test_joint_default_is_activation_aware_and_near_wanda_awq(problem, sparsity) -> None:
+    """From W the ramp keeps the largest |W| (≈2× Wanda+AWQ's error); the default starts from Wanda."""
+    W, stats = problem
+    target = Unstructured(sparsity)
+    two_stage = get_method("wanda+awq")
+    base = two_stage.fn(W, stats, target, two_stage.make_config({}), SolveContext(quant=INT4)).weight
+    error = rel_error(W, solve(W, stats, target, quant=INT4).weight, stats)
+    dense = rel_error(W, solve(W, stats, target, quant=INT4, joint_init="dense").weight, stats)
+    assert error < 1.1 * rel_error(W, base, stats)
+    assert error < 0.6 * dense
+
+
 def test_joint_without_joint_iterations_still_quantizes(problem) -> None:
     W, stats = problem
     result = solve(W, stats, Unstructured(0.5), quant=INT4, joint_iters=0, hold_iters=2, ramp_iters=2)
