@@ -7,7 +7,7 @@ import torch
 
 from toolkit.errors import ToolkitError
 from toolkit.methods.block import BlockConfig, UnitScores
-from toolkit.plan import LayerCandidates, allocate, standardized
+from toolkit.plan import LayerCandidates, LayerOffer, allocate, check_budget, standardized
 from toolkit.spec import Unit
 
 
@@ -76,3 +76,13 @@ def test_uniform_keeps_the_same_counts_and_balances_kv_groups() -> None:
     assert len(counts) == 1
     for mask in plan.keep_heads:  # the same number of query heads from every KV group
         assert mask.view(2, 2).sum(1).tolist()[0] == mask.view(2, 2).sum(1).tolist()[1]
+
+
+def test_budget_past_the_minima_is_refused_before_scoring() -> None:
+    offers = [LayerOffer(heads=3, head_cost=10, channels=4, channel_cost=5)] * 2
+    cfg = BlockConfig()
+    check_budget(offers, 0.5, Unit.HEADS_CHANNELS, cfg)  # (2·10 + 3·5) / (30 + 20) = 70% can go
+    with pytest.raises(ToolkitError, match=r"at most 70\.0% of the parameters can go"):
+        check_budget(offers, 0.71, Unit.HEADS_CHANNELS, cfg)
+    with pytest.raises(ToolkitError, match=r"at most 66\.7% of the parameters can go"):
+        check_budget(offers, 0.7, Unit.HEADS, cfg)

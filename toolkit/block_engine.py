@@ -42,7 +42,7 @@ from toolkit.methods.base import MethodSpec, SolveContext
 from toolkit.methods.block import BlockStats, BlockTensors, HeadLayout
 from toolkit.methods.compensation import compensate, output_error
 from toolkit.models import decoder_layers
-from toolkit.plan import Allocation, LayerCandidates, allocate
+from toolkit.plan import Allocation, LayerCandidates, LayerOffer, allocate, check_budget
 from toolkit.shrink import LayerEdit, set_uniform_config, shrink_channels, shrink_heads
 from toolkit.sparsity import Structured
 from toolkit.spec import Unit
@@ -174,11 +174,30 @@ def _start(model: nn.Module, spec: MethodSpec, compression: Compression, method_
         raise ToolkitError(f"{spec.name} removes heads and channels: use --sparsity structured:30%, "
                            f"not {compression.sparsity}")
     unit = compression.unit or Unit.HEADS_CHANNELS
-    spec.check(compression)
-    check_unit(family_of(model), unit, getattr(model.config, "model_type", type(model).__name__))
+    check_block_budget(model, spec, compression, method_cfg)
     emit, cancelled = hooks
     return _BlockRun(spec, method_cfg, cfg, torch.device("cpu"), unit, compression.sparsity.fraction, emit,
                      cancelled, WriteBack(enabled=True))
+
+
+def check_block_budget(model: nn.Module, spec: MethodSpec, compression: Compression, method_cfg: Any) -> None:
+    """The structural checks of a block-scope run that need no statistics (one ``error:`` line before any work).
+
+    Family and unit known, and a ratio that leaves every layer its minimum heads and channels.
+    """
+    if not isinstance(compression.sparsity, Structured):
+        raise ToolkitError(f"{spec.name} removes heads and channels: use --sparsity structured:30%, "
+                           f"not {compression.sparsity}")
+    unit = compression.unit or Unit.HEADS_CHANNELS
+    spec.check(compression)
+    check_unit(family_of(model), unit, getattr(model.config, "model_type", type(model).__name__))
+    views = block_views(model, decoder_layers(model))
+    offers = []
+    for view in views:
+        head_cost, channel_cost = unit_costs(view, method_cfg.gqa)
+        channels = view.linear("down").in_features if view.has("down") else 0
+        offers.append(LayerOffer(int(head_units(view, method_cfg.gqa).max()) + 1, head_cost, channels, channel_cost))
+    check_budget(offers, compression.sparsity.fraction, unit, method_cfg)
 
 
 def _tensors(view: BlockView, device: torch.device) -> BlockTensors:

@@ -126,6 +126,10 @@ def prepare(config: Any) -> Prepared:
     loaded = load_model(config.model)
     check_context(loaded, config.seqlen, config.eval_seqlen if config.eval_data else None)
     linears = check_targets(loaded.model, spec, config.compression)
+    if spec.scope is Scope.BLOCK:  # family, unit and budget, before the run folder and any scoring
+        from toolkit.block_engine import check_block_budget
+
+        check_block_budget(loaded.model, spec, config.compression, method_cfg)
     if config.save_model and config.quant is not None:
         check_savable(loaded.model, config.quant)
     bos = bos_id(loaded)

@@ -146,6 +146,36 @@ def _too_much(ratio: float, most: float, cfg: BlockConfig, what: str) -> str:
             f"{most * 100:.1f}% {what} can go; lower the ratio")
 
 
+@dataclass(frozen=True)
+class LayerOffer:
+    """What one layer can give before any score exists: unit counts and the parameters each unit owns."""
+
+    heads: int
+    head_cost: int
+    channels: int
+    channel_cost: int
+
+
+def check_budget(offers: list[LayerOffer], ratio: float, unit: Unit, cfg: BlockConfig) -> None:
+    """Raise before any scoring when ρ cannot be met while every layer keeps min_heads / min_channels.
+
+    The most that can go is Σ (n − min(least, n))·cost / Σ n·cost over the candidate kinds (units,
+    not parameters, under ``allocation=paper_literal``): the same bound :func:`allocate` enforces.
+    """
+    total = free = 0.0
+    for offer in offers:
+        for on, count, cost, least in ((unit.removes_heads, offer.heads, offer.head_cost, cfg.min_heads),
+                                       (unit.removes_channels, offer.channels, offer.channel_cost, cfg.min_channels)):
+            if not on or count == 0 or cost == 0:
+                continue
+            weight = 1.0 if cfg.allocation == "paper_literal" else float(cost)
+            total += count * weight
+            free += (count - min(least, count)) * weight
+    if total and ratio * total > free * (1 + 1e-9):
+        what = "of the units" if cfg.allocation == "paper_literal" else "of the parameters"
+        raise ToolkitError(_too_much(ratio, free / total, cfg, what))
+
+
 def allocate(layers: list[LayerCandidates], ratio: float, unit: Unit, cfg: BlockConfig) -> Allocation:
     """The keep-masks of every layer for ratio ρ under ``cfg`` (allocation, standardize, uniform, minima).
 
