@@ -127,7 +127,7 @@ def test_bad_input_is_a_message_and_the_app_keeps_serving(url: str, chromium: An
     page.fill("#run-model-path textarea, #run-model-path input", "nobody/not-a-model")
     page.click("#run-button")
     text = wait_for_text(page, "#run-status", "⚠")
-    assert "could not load model" in text and "Traceback" not in page.content()
+    assert "needs the hub" in text and "Traceback" not in page.content()
     page.fill("#run-model-path textarea, #run-model-path input", "")
     page.get_by_label("n:m", exact=True).check()
     pick(page, "run-nm", "2:4")

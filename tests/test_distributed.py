@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from dist_ranks import failing_worker, run_rank
 from safetensors.numpy import load_file
 
@@ -20,7 +21,8 @@ from toolkit.distributed import check_launch, config_digest
 from toolkit.errors import ToolkitError
 
 CONFIG = {"model": "tiny-llama", "method": "sparsegpt", "sparsity": "50%", "nsamples": 4, "seqlen": 32,
-          "eval_data": None, "propagate": "dense", "save_model": True}
+          "eval_data": None, "propagate": "dense", "save_model": True,
+          "threads": 1}  # one thread in every process: identical float reductions, so identical masks
 
 
 def _free_port() -> int:
@@ -50,7 +52,11 @@ def _masks(run_dir: str) -> dict[str, np.ndarray]:
 
 @pytest.mark.slow  # spawns two Python processes (about 40 s on two shared cores)
 def test_two_gloo_ranks_give_the_one_process_result(tmp_path: Path) -> None:
-    single = prune_model(RunConfig(**CONFIG, out_dir=str(tmp_path / "one")))
+    threads = torch.get_num_threads()
+    try:
+        single = prune_model(RunConfig(**CONFIG, out_dir=str(tmp_path / "one")))
+    finally:
+        torch.set_num_threads(threads)  # the run set one thread for this process
     config = {**CONFIG, "distributed": True, "out_dir": str(tmp_path / "two")}
     rank0, rank1 = _spawn(run_rank, [config, config], tmp_path)
     assert rank0.get("code") == 0 and rank1.get("code") == 0, (rank0, rank1)

@@ -18,6 +18,10 @@ def prune_distributed(config: Any, prune_here: Callable[[], int]) -> int:
     from toolkit.distributed import check_launch, process_group
 
     check_launch()  # before torch.distributed or the model is touched
+    if config.threads:  # every rank, not only rank 0 (whose prepare() sets it): same float reductions
+        import torch
+
+        torch.set_num_threads(config.threads)
     from toolkit.dist_engine import FINISHED, serve_layers, stop_workers
     from toolkit.engine import resolve_device
     from toolkit.pipeline import engine_config
