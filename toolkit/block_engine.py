@@ -170,11 +170,9 @@ def prune_blocks(  # noqa: PLR0913 - keyword-only sinks, as prune_layers
 def _start(model: nn.Module, spec: MethodSpec, compression: Compression, method_cfg: Any, cfg: EngineConfig,
            hooks: tuple[Callable[[Event], None], Callable[[], bool]]) -> _BlockRun:
     """Validate the request before anything runs."""
-    if not isinstance(compression.sparsity, Structured):
-        raise ToolkitError(f"{spec.name} removes heads and channels: use --sparsity structured:30%, "
-                           f"not {compression.sparsity}")
-    unit = compression.unit or Unit.HEADS_CHANNELS
     check_block_budget(model, spec, compression, method_cfg)
+    assert isinstance(compression.sparsity, Structured)  # check_block_budget refused any other target
+    unit = compression.unit or Unit.HEADS_CHANNELS
     emit, cancelled = hooks
     return _BlockRun(spec, method_cfg, cfg, torch.device("cpu"), unit, compression.sparsity.fraction, emit,
                      cancelled, WriteBack(enabled=True))
