@@ -87,9 +87,25 @@ def pick(page: Any, dropdown: str, value: str) -> None:
     page.locator(f'li[aria-label="{value}"]').first.click()
 
 
+def enter(page: Any, selector: str, text: str) -> None:
+    """Type ``text`` into a Gradio field and leave it, as a user does before pressing a button.
+
+    Gradio commits a field's value to the app state from its input/blur events; on a slow machine a
+    click that follows ``fill`` at once can reach the server with the old value, so the field is
+    left with Tab and read back before the caller goes on.
+    """
+    field = page.locator(selector).first
+    field.fill(text)
+    field.press("Tab")
+    deadline = time.monotonic() + 10.0
+    while field.input_value() != text and time.monotonic() < deadline:
+        time.sleep(0.05)
+    page.wait_for_timeout(300)
+
+
 def set_extra_options(page: Any, text: str) -> None:
     page.get_by_text("Method options").click()
-    page.fill("#run-extra textarea", text)
+    enter(page, "#run-extra textarea", text)
 
 
 def status(page: Any, element: str = "#run-status") -> str:

@@ -20,6 +20,7 @@ from browser_app import (
     Gate,
     browser,
     chromium_path,
+    enter,
     first_cell_seconds,
     first_running_seconds,
     open_page,
@@ -124,11 +125,11 @@ def test_progress_moves_while_a_run_is_going(url: str, chromium: Any, held: Gate
 
 def test_bad_input_is_a_message_and_the_app_keeps_serving(url: str, chromium: Any) -> None:
     page = open_page(chromium, url)
-    page.fill("#run-model-path textarea, #run-model-path input", "nobody/not-a-model")
+    enter(page, "#run-model-path textarea, #run-model-path input", "nobody/not-a-model")
     page.click("#run-button")
     text = wait_for_text(page, "#run-status", "⚠")
     assert "needs the hub" in text and "Traceback" not in page.content()
-    page.fill("#run-model-path textarea, #run-model-path input", "")
+    enter(page, "#run-model-path textarea, #run-model-path input", "")
     page.get_by_label("n:m", exact=True).check()
     pick(page, "run-nm", "2:4")
     page.click("#run-button")
@@ -173,7 +174,7 @@ def test_status_line_moves_during_dense_and_pruned_evaluation(url: str, chromium
         page = open_page(chromium, url)
         page.get_by_text("Calibration, evaluation, device").click()
         pick(page, "run-tasks", "rte")
-        page.fill("#run-task-limit input", "2")
+        enter(page, "#run-task-limit input", "2")
         page.locator("#run-generate input").check()
         page.evaluate(WATCH_JS)
         for stage in STAGES:  # each stage is held at its first tick until the page showed it
@@ -215,12 +216,12 @@ def test_a_structured_run_shows_the_ranking_and_kept_panels(url: str, chromium: 
 def test_out_of_range_input_stays_in_the_status_line_and_solver_panels_hide(url: str, chromium: Any) -> None:
     page = open_page(chromium, url)
     page.get_by_text("Calibration, evaluation, device").click()
-    page.locator("#run-nsamples input").fill("0")
+    enter(page, "#run-nsamples input", "0")
     page.click("#run-button")
     wait_for_text(page, "#run-status", "nsamples must be a whole number ≥ 1")
     page.wait_for_timeout(6000)  # a toast would have faded by now: the status line keeps the message
     assert "nsamples must be a whole number ≥ 1" in status(page)
-    page.locator("#run-nsamples input").fill("4")
+    enter(page, "#run-nsamples input", "4")
     page.click("#run-button")  # wanda: no iterative solver
     wait_for_text(page, "#run-status", "✓ finished")
     assert not page.locator("#run-solver").is_visible() and not page.locator("#run-lambda").is_visible()
