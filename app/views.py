@@ -57,7 +57,7 @@ def visible(view: RunView) -> dict[str, bool]:
 
 
 STATUS_WORDS = {"running": "▶ running", "finished": "✓ finished", "failed": "✗ failed", "cancelled": "■ cancelled",
-                "idle": "idle"}
+                "interrupted": "⚠ interrupted", "idle": "idle"}
 
 
 def status_markdown(view: RunView, now: float) -> str:
@@ -66,7 +66,7 @@ def status_markdown(view: RunView, now: float) -> str:
         return "Pick a model, a method and a sparsity, then **Run**."
     head = f"**{STATUS_WORDS.get(view.status, view.status)}** · {view.method} {view.sparsity} on {view.model_label}"
     lines = [head, f'<progress value="{view.bar_fraction:.3f}" max="1"></progress> {progress_line(view, now)}']
-    if view.status == "failed":
+    if view.status in ("failed", "interrupted"):
         lines.append(f"**Error:** {view.error}")
     elif view.status == "cancelled":
         lines.append("The run was cancelled; the run store marks it **cancelled** and keeps its events.")

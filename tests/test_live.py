@@ -84,7 +84,8 @@ def test_bad_events_become_warnings_not_exceptions() -> None:
 
 def test_settle_replay_with_the_store_status() -> None:
     view = settle(fold(run_events(finished=False)), "interrupted")
-    assert view.status == "failed" and view.error == "interrupted"
+    assert view.status == "interrupted" and view.error == "interrupted"  # the word the run store uses
+    assert settle(fold(run_events(finished=False)), "damaged").status == "failed"
     assert settle(fold(run_events()), "failed").status == "finished"
 
 

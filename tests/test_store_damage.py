@@ -108,11 +108,26 @@ def test_damage_degrades_one_row(kind: str, store: tuple[Path, Path, Path], caps
 
 @pytest.mark.parametrize("pid", [None, 0, 1, 2**40, -5])
 def test_running_without_a_usable_pid_is_interrupted(pid: int | None, store: tuple[Path, Path, Path]) -> None:
-    _, _, victim = store
+    root, _, victim = store
+    _truncate("events.jsonl", 30)(victim)  # the run stopped before its last event
     status = {"status": "running", "error": ""} | ({} if pid is None else {"pid": pid})
     (victim / "status.json").write_text(json.dumps(status))
     record = open_run(victim)
     assert record.status == "interrupted" and "no valid pid" in record.error
+    replay = runs_tab.replay_view(victim.name, str(root))["status"]
+    assert "interrupted" in replay and "no valid pid" in replay  # the Runs tab says what the listing says
+
+
+@pytest.mark.parametrize("pid", [None, 1, 2**40])
+def test_a_run_whose_last_event_is_run_finished_is_finished_whatever_status_says(
+        pid: int | None, store: tuple[Path, Path, Path]) -> None:
+    """Only the final status write was lost: the listing and the replay both say finished."""
+    root, _, victim = store
+    status = {"status": "running", "error": ""} | ({} if pid is None else {"pid": pid})
+    (victim / "status.json").write_text(json.dumps(status))
+    record = open_run(victim)
+    assert record.status == "finished" and record.result is not None
+    assert "finished" in runs_tab.replay_view(victim.name, str(root))["status"]
 
 
 def test_permission_denied_is_one_damaged_row(store: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -318,7 +318,7 @@ def fold(events: Iterable[Event], view: RunView | None = None) -> RunView:
 def settle(view: RunView, status: str, error: str = "") -> RunView:
     """Give a replayed view the run store's final ``status`` when its events stop early."""
     if view.status not in TERMINAL and status != "running":
-        view.status = status if status in TERMINAL else "failed"
+        view.status = status if status in (*TERMINAL, "interrupted") else "failed"
         view.error = view.error or error or status
     return view
 

@@ -47,6 +47,7 @@ from toolkit.run_schema import (
     check_finished,
     check_result,
     check_status,
+    last_event_kind,
     live_pid,
     read_json,
 )
@@ -331,7 +332,9 @@ def open_run(path: str | Path) -> RunRecord:
     status, error = status_data["status"], status_data.get("error", "")
     if status == "running":
         alive = live_pid(status_data)
-        if not alive:
+        if not alive and last_event_kind(path / "events.jsonl")[0] == "RunFinished":
+            status = "finished"  # RunFinished is the last thing a run writes: only the status write was lost
+        elif not alive:
             status = "interrupted"
             error = error or ("the process that wrote it is gone" if alive is False
                               else "status.json names no live process (no valid pid)")
