@@ -91,14 +91,17 @@ def execute(config: Any, emit: Callable[[Event], None], cancel: Any, on_progress
         message = _failure_message(exc, run.device)
         if stage.compressed:  # never lose a finished compression to a later step
             kept = " and the model" if config.save_model and stage.name == "evaluation" else ""
-            message = (f"{stage.name} {'cancelled' if cancelled else 'failed'} after the compression finished "
-                       f"({message}); the masks{kept} are saved in {writer.path}")
+            why = "" if cancelled else f" ({message})"
+            message = (f"{stage.name} {'cancelled' if cancelled else 'failed'} after the compression finished"
+                       f"{why}; the masks{kept} are saved in {writer.path}")
         try:
             record(RunFailed(error=message, cancelled=cancelled))
         except OSError:
             pass  # the disk that failed the run cannot take its last event; status.json still says why
         finally:
             writer.fail(message, cancelled, keep_result=stage.compressed)
+        if cancelled and stage.compressed:  # the message says what was kept (the CLI prints it)
+            raise RunCancelled(message) from None
         if cancelled:
             raise
         if stage.compressed or isinstance(exc, torch.OutOfMemoryError):
