@@ -217,7 +217,11 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
                                       ticks.cancelled)
         record(EvalPoint(dataset=config.eval_data, which="pruned", ppl=ppl[config.eval_data],
                          seq_len=config.eval_seqlen, windows=int(run.test.shape[0]), tokens=int(run.test.numel())))
-    summary.update(_pruned_extras(config, run, record, ticks, dense))
+    extras, cancel = _pruned_extras(config, run, record, ticks, dense)
+    summary.update(extras)
+    if cancel is not None:  # the result keeps what was scored; the status says cancelled, never finished
+        writer.write_result(summary)
+        raise cancel
     record(RunFinished(achieved_sparsity=accounting.sparsity, prune_seconds=result.seconds, ppl=ppl,
                        dense_ppl=dense_ppl, params_before=accounting.params_before,
                        params_after=accounting.params_after, nonzeros_kept=accounting.nonzeros_kept,
@@ -284,10 +288,14 @@ def _dense_extras(config: Any, run: Prepared, record: Callable[[Event], None], t
 
 
 def _pruned_extras(config: Any, run: Prepared, record: Callable[[Event], None], ticks: ProgressEvents,
-                   dense: DenseEvals) -> dict[str, Any]:
-    """``zero_shot`` and ``generations`` entries of the pruned model; a failure is a warning, never lost work."""
+                   dense: DenseEvals) -> tuple[dict[str, Any], BaseException | None]:
+    """``zero_shot`` and ``generations`` entries of the pruned model, and the cancel that stopped them (or None).
+
+    A failure is a warning and an ``error`` in the entries, never lost work; a cancel (the run's
+    token, Ctrl-C) marks the entries the same way and is handed back, so the run ends cancelled.
+    """
     extras: dict[str, Any] = {}
-    scores, texts, error = None, [], ""
+    scores, texts, error, cancel = None, [], "", None
     try:
         if dense.zero_shot is not None:
             scores = score_tasks(run.loaded, run.tasks, config.task_limit, run.device, ticks, "pruned")[0]
@@ -296,13 +304,16 @@ def _pruned_extras(config: Any, run: Prepared, record: Callable[[Event], None], 
         if config.generate:
             texts = generate_texts(run.loaded, run.device, ticks, "pruned", record)
     except (Exception, KeyboardInterrupt) as exc:  # the pruning is finished and recorded: keep it, report this
-        error = _failure_message(exc, run.device)
-        record(RunWarning(layer=-1, name="", message=f"evaluation of the pruned model failed: {error}"))
+        if isinstance(exc, RunCancelled | KeyboardInterrupt):
+            cancel, error = exc, "cancelled before it completed"
+        else:
+            error = _failure_message(exc, run.device)
+            record(RunWarning(layer=-1, name="", message=f"evaluation of the pruned model failed: {error}"))
     if dense.zero_shot is not None:
         extras["zero_shot"] = zero_shot_entry(dense, scores, error if scores is None else "")
     if config.generate:
         extras["generations"] = generations_entry(dense.texts, texts, error if len(texts) < len(dense.texts) else "")
-    return extras
+    return extras, cancel
 
 
 def _dense_eval(config: Any, run: Prepared, record: Callable[[Event], None], ticks: ProgressEvents) -> dict[str, float]:
