@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -149,3 +150,16 @@ def test_progress_events_are_one_per_percent_and_cancel() -> None:
     stopped[0] = True
     with pytest.raises(Exception, match="cancelled"):
         report(3, 1000)
+
+
+def test_a_bos_family_without_bos_is_refused_before_the_run_is_recorded(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_zeroshot import _NoSpecialTokens
+
+    from toolkit.models import load_model
+
+    gemma = load_model("tiny-gemma3")
+    monkeypatch.setattr(pipeline, "load_model", lambda name: dataclasses.replace(gemma, codec=_NoSpecialTokens()))
+    with pytest.raises(ToolkitError, match="need a BOS token"):
+        prune_model(_config(tmp_path, model="tiny-gemma3", tasks=("rte",)))
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

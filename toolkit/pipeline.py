@@ -22,7 +22,7 @@ from toolkit.events import EvalPoint, Event, RunFailed, RunFinished, RunStarted,
 from toolkit.export import save_checkpoint
 from toolkit.methods import MethodSpec, get_method
 from toolkit.methods.base import Scope
-from toolkit.models import LoadedModel, decoder_layers, load_model
+from toolkit.models import BOS_FAMILIES, LoadedModel, decoder_layers, load_model
 from toolkit.preflight import check_writable_dir
 from toolkit.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl, versions
 from toolkit.quant import QuantState
@@ -37,10 +37,10 @@ from toolkit.run_evals import (
 )
 from toolkit.runs import SCHEMA, RunWriter, StoredQuant
 from toolkit.shrunk import save_shrunk
+from toolkit.zeroshot import check_task_tokens
 from toolkit.zeroshot_tasks import TaskSpec, resolve_tasks
 
 Progress = Callable[[str, int, int], None]
-BOS_FAMILIES = ("gemma", "gemma2", "gemma3", "gemma3_text")
 
 
 def bos_id(loaded: LoadedModel) -> int | None:
@@ -128,6 +128,8 @@ def prepare(config: Any) -> Prepared:
         torch.set_num_threads(config.threads)
     loaded = load_model(config.model)
     check_context(loaded, config.seqlen, config.eval_seqlen if config.eval_data else None)
+    if tasks:
+        check_task_tokens(loaded.model, loaded.codec, tasks)
     linears = check_targets(loaded.model, spec, config.compression)
     if spec.scope is Scope.BLOCK:  # family, unit and budget, before the run folder and any scoring
         from toolkit.block_engine import check_block_budget
