@@ -81,6 +81,42 @@ def open_page(chromium: Any, url: str, width: int = 1500, height: int = 1100) ->
     return page
 
 
+def session_page(chromium: Any, url: str, width: int = 1500, height: int = 1100) -> Any:
+    """A page in a fresh browser context (own cookies and storage): the app sees a separate session."""
+    context = chromium.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.goto(url)
+    page.wait_for_selector("#run-button", state="visible")
+    return page
+
+
+def page_load_seconds(chromium: Any, url: str) -> tuple[float, float]:
+    """A fresh context navigates to ``url``: seconds until the Run button is visible, and seconds until
+    the server's HTML had arrived (the browser's navigation timing ``responseEnd``)."""
+    context = chromium.new_context(viewport={"width": 1500, "height": 1100})
+    try:
+        page = context.new_page()
+        start = time.perf_counter()
+        page.goto(url)
+        page.wait_for_selector("#run-button", state="visible", timeout=60_000)
+        total = time.perf_counter() - start
+        document_ms = page.evaluate("performance.getEntriesByType('navigation')[0].responseEnd")
+        return total, float(document_ms) / 1000.0
+    finally:
+        context.close()
+
+
+def dom_click(page: Any, selector: str) -> None:
+    """A DOM click, as a user's: Playwright's synthetic pointer input can time out on a starved renderer."""
+    page.evaluate("(s) => document.querySelector(s).click()", selector)
+
+
+def queue_position(page: Any) -> int | None:
+    """The place in line the status line shows (``… queued · position k``), or None."""
+    found = re.search(r"queued.*?position (\d+)", page.inner_text("#run-status"))
+    return int(found.group(1)) if found else None
+
+
 def pick(page: Any, dropdown: str, value: str) -> None:
     """Choose ``value`` in the Gradio dropdown with elem_id ``dropdown``."""
     page.click(f"#{dropdown} input")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -9,10 +10,10 @@ from typing import Any
 import pytest
 
 import toolkit.pipeline as pipeline
-from toolkit.api import RunConfig, open_run, prune_model
+from toolkit.api import CancelToken, RunConfig, open_run, prune_model
 from toolkit.cli import main
-from toolkit.errors import ToolkitError
-from toolkit.events import EvalProgress, Event, Generated, RunFinished, RunWarning, TaskScore
+from toolkit.errors import RunCancelled, ToolkitError
+from toolkit.events import EvalProgress, Event, Generated, RunFailed, RunFinished, RunWarning, TaskScore
 from toolkit.run_evals import ProgressEvents
 
 TASKS = ("rte", "arc_easy")
@@ -87,6 +88,31 @@ def test_a_failed_pruned_evaluation_keeps_the_finished_run(tmp_path: Path, monke
     assert kinds[-2:] == [RunWarning, RunFinished]
 
 
+def test_cancel_during_the_pruned_zero_shot_ends_cancelled_with_the_pruning_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real, token = pipeline.score_tasks, CancelToken()
+
+    def cancel_then_score(loaded: Any, specs: Any, limit: Any, device: Any, progress: Any, phase: str) -> Any:
+        if phase == "pruned":
+            token.cancel()  # as the app's Cancel button: the first scored request stops the stage
+        return real(loaded, specs, limit, device, progress, phase)
+
+    monkeypatch.setattr(pipeline, "score_tasks", cancel_then_score)
+    events: list[Event] = []
+    with pytest.raises(RunCancelled, match="evaluation cancelled after the compression finished"):
+        prune_model(_config(tmp_path, tasks=("rte",), generate=True), on_event=events.append, cancel=token)
+    (record,) = [open_run(path) for path in (tmp_path / "runs").iterdir() if path.is_dir()]
+    assert record.status == "cancelled" and "evaluation cancelled after the compression finished" in record.error
+    assert record.result is not None and record.result["achieved_sparsity"] == pytest.approx(0.5)
+    assert len(record.mask_names()) == 14  # the pruning stays
+    entry = record.result["zero_shot"]
+    assert entry["pruned"] == {} and entry["error"] == "cancelled before it completed" and "rte" in entry["dense"]
+    assert record.result["generations"]["error"] == "cancelled before it completed"
+    assert not any(isinstance(e, RunFinished) for e in events)
+    last = record.events()[-1]
+    assert isinstance(last, RunFailed) and last.cancelled
+
+
 NO_SUCH_MODEL = ["prune", "--model", "no-such-model-anywhere"]  # loading it would fail: task checks come first
 
 
@@ -124,3 +150,16 @@ def test_progress_events_are_one_per_percent_and_cancel() -> None:
     stopped[0] = True
     with pytest.raises(Exception, match="cancelled"):
         report(3, 1000)
+
+
+def test_a_bos_family_without_bos_is_refused_before_the_run_is_recorded(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_zeroshot import _NoSpecialTokens
+
+    from toolkit.models import load_model
+
+    gemma = load_model("tiny-gemma3")
+    monkeypatch.setattr(pipeline, "load_model", lambda name: dataclasses.replace(gemma, codec=_NoSpecialTokens()))
+    with pytest.raises(ToolkitError, match="need a BOS token"):
+        prune_model(_config(tmp_path, model="tiny-gemma3", tasks=("rte",)))
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

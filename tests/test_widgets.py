@@ -28,6 +28,23 @@ def test_dashboard_runs_and_draws(tmp_path: Path) -> None:
     assert "key=value" in dash.status.value
 
 
+def test_dashboard_shows_ranking_and_kept_panels_only_for_structured_runs(tmp_path: Path) -> None:
+    dash = Dashboard(model="tiny-llama", method="numerical", sparsity="structured:30%", runs_dir=str(tmp_path),
+                     **{**QUICK, "eval_windows": 1})
+    assert dash.structure.layout.display == "none"  # nothing run yet
+    view = dash.run(eval_data=None)
+    assert view.status == "finished" and dash.structure.layout.display == "flex"
+    ranking, kept = dash.figures["ranking"], dash.figures["kept"]
+    assert view.structure.ranking is not None and len(ranking.data) == 2  # heads and channels, coloured apart
+    assert ranking.layout.shapes[0].y0 == view.structure.ranking.threshold  # the threshold line η
+    assert "removed" in ranking.layout.title.text
+    assert [t.type for t in kept.data] == ["heatmap", "heatmap"]  # layer × head and layer × channel maps
+    assert sorted(view.structure.kept) == ["channels", "heads"]
+    assert len(dash.figures["solver"].data) == 2 * 2  # Newton traces: o_proj and down_proj of both layers
+    dash.method.value, dash.sparsity.value = "wanda", "50%"
+    assert dash.run(eval_data=None).status == "finished" and dash.structure.layout.display == "none"
+
+
 def test_compare_masks_and_sweep_plot(tmp_path: Path) -> None:
     a = write_run(tmp_path, {"model": "m", "method": "wanda", "sparsity": "50%", "eval_data": "wiki"}, seed=1)
     b = write_run(tmp_path, {"model": "m", "method": "magnitude", "sparsity": "2:4", "eval_data": "wiki"}, seed=2)

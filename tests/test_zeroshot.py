@@ -131,3 +131,31 @@ def test_scores_match_hflm_on_the_embedded_model() -> None:
         assert [g for _, g in theirs] == [g for _, g in mine]
         assert max(abs(a - b) for (a, _), (b, _) in zip(theirs, mine, strict=True)) < 1e-3
     assert math.isfinite(ours.loglikelihood_rolling([_Request("The quick brown fox.")])[0])
+
+
+class _NoSpecialTokens:
+    """A tokenizer without BOS or EOS (as some converted or hand-made tokenizers are)."""
+
+    name, bos_id, fingerprint = "no-specials", None, "no-specials"
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+
+def test_a_bos_family_without_bos_is_refused_before_scoring(monkeypatch: pytest.MonkeyPatch) -> None:
+    import toolkit.zeroshot as zeroshot
+
+    gemma = load_model("tiny-gemma3")
+    monkeypatch.setattr(zeroshot, "_run_task", lambda *args: pytest.fail("scored without a BOS token"))
+    with pytest.raises(ToolkitError, match=r"gemma3_text models need a BOS token .* 'no-specials' has none, so rte"):
+        evaluate_tasks(gemma.model, _NoSpecialTokens(), ["rte"], limit=1)
+
+
+def test_an_empty_context_without_bos_or_eos_is_an_error_not_a_guessed_id(tiny) -> None:
+    from toolkit.zeroshot_harness import CodecLM
+
+    lm = CodecLM(tiny.model, _NoSpecialTokens())  # a Llama: no BOS needed for inputs with a context
+    (score, _), = lm.loglikelihood([_Request("The sky is", " blue")])
+    assert math.isfinite(score)
+    with pytest.raises(ToolkitError, match="neither an EOS nor a BOS token"):
+        lm.loglikelihood([_Request("", " blue")])

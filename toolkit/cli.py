@@ -158,14 +158,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ToolkitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (RunCancelled, KeyboardInterrupt):
-        print("cancelled: the run is marked cancelled and the model was not changed", file=sys.stderr)
+    except (RunCancelled, KeyboardInterrupt) as exc:
+        print(f"cancelled: {cancel_message(exc)}", file=sys.stderr)
         return 130
     except Exception as exc:  # the edge: whatever the machine or a library raised becomes one line
         if debug:
             raise
         print(f"error: {environment_message(exc)}", file=sys.stderr)
         return 1
+
+
+def cancel_message(exc: BaseException) -> str:
+    """What a cancel left: the step after a finished compression and where it is saved, or nothing done."""
+    detail = str(exc) if isinstance(exc, RunCancelled) and str(exc) != "cancelled" else ""
+    return f"{detail}; the run is marked cancelled" if detail else \
+        "the run is marked cancelled and the model was not changed"
 
 
 def environment_message(exc: BaseException) -> str:

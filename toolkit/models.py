@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 EMBEDDED = "smollm2-135m"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_FAMILIES = ("llama", "opt", "gpt2", "qwen2", "gemma3")
+BOS_FAMILIES = ("gemma", "gemma2", "gemma3", "gemma3_text")  # trained with BOS at the start of every input
 BYTES_MARKER = "prunelab_byte_tokenizer.json"
 
 

@@ -22,7 +22,7 @@ from toolkit.events import EvalPoint, Event, RunFailed, RunFinished, RunStarted,
 from toolkit.export import save_checkpoint
 from toolkit.methods import MethodSpec, get_method
 from toolkit.methods.base import Scope
-from toolkit.models import LoadedModel, decoder_layers, load_model
+from toolkit.models import BOS_FAMILIES, LoadedModel, decoder_layers, load_model
 from toolkit.preflight import check_writable_dir
 from toolkit.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl, versions
 from toolkit.quant import QuantState
@@ -37,10 +37,10 @@ from toolkit.run_evals import (
 )
 from toolkit.runs import SCHEMA, RunWriter, StoredQuant
 from toolkit.shrunk import save_shrunk
+from toolkit.zeroshot import check_task_tokens
 from toolkit.zeroshot_tasks import TaskSpec, resolve_tasks
 
 Progress = Callable[[str, int, int], None]
-BOS_FAMILIES = ("gemma", "gemma2", "gemma3", "gemma3_text")
 
 
 def bos_id(loaded: LoadedModel) -> int | None:
@@ -91,14 +91,17 @@ def execute(config: Any, emit: Callable[[Event], None], cancel: Any, on_progress
         message = _failure_message(exc, run.device)
         if stage.compressed:  # never lose a finished compression to a later step
             kept = " and the model" if config.save_model and stage.name == "evaluation" else ""
-            message = (f"{stage.name} {'cancelled' if cancelled else 'failed'} after the compression finished "
-                       f"({message}); the masks{kept} are saved in {writer.path}")
+            why = "" if cancelled else f" ({message})"
+            message = (f"{stage.name} {'cancelled' if cancelled else 'failed'} after the compression finished"
+                       f"{why}; the masks{kept} are saved in {writer.path}")
         try:
             record(RunFailed(error=message, cancelled=cancelled))
         except OSError:
             pass  # the disk that failed the run cannot take its last event; status.json still says why
         finally:
             writer.fail(message, cancelled, keep_result=stage.compressed)
+        if cancelled and stage.compressed:  # the message says what was kept (the CLI prints it)
+            raise RunCancelled(message) from None
         if cancelled:
             raise
         if stage.compressed or isinstance(exc, torch.OutOfMemoryError):
@@ -125,6 +128,8 @@ def prepare(config: Any) -> Prepared:
         torch.set_num_threads(config.threads)
     loaded = load_model(config.model)
     check_context(loaded, config.seqlen, config.eval_seqlen if config.eval_data else None)
+    if tasks:
+        check_task_tokens(loaded.model, loaded.codec, tasks)
     linears = check_targets(loaded.model, spec, config.compression)
     if spec.scope is Scope.BLOCK:  # family, unit and budget, before the run folder and any scoring
         from toolkit.block_engine import check_block_budget
@@ -214,7 +219,11 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
                                       ticks.cancelled)
         record(EvalPoint(dataset=config.eval_data, which="pruned", ppl=ppl[config.eval_data],
                          seq_len=config.eval_seqlen, windows=int(run.test.shape[0]), tokens=int(run.test.numel())))
-    summary.update(_pruned_extras(config, run, record, ticks, dense))
+    extras, cancel = _pruned_extras(config, run, record, ticks, dense)
+    summary.update(extras)
+    if cancel is not None:  # the result keeps what was scored; the status says cancelled, never finished
+        writer.write_result(summary)
+        raise cancel
     record(RunFinished(achieved_sparsity=accounting.sparsity, prune_seconds=result.seconds, ppl=ppl,
                        dense_ppl=dense_ppl, params_before=accounting.params_before,
                        params_after=accounting.params_after, nonzeros_kept=accounting.nonzeros_kept,
@@ -281,10 +290,14 @@ def _dense_extras(config: Any, run: Prepared, record: Callable[[Event], None], t
 
 
 def _pruned_extras(config: Any, run: Prepared, record: Callable[[Event], None], ticks: ProgressEvents,
-                   dense: DenseEvals) -> dict[str, Any]:
-    """``zero_shot`` and ``generations`` entries of the pruned model; a failure is a warning, never lost work."""
+                   dense: DenseEvals) -> tuple[dict[str, Any], BaseException | None]:
+    """``zero_shot`` and ``generations`` entries of the pruned model, and the cancel that stopped them (or None).
+
+    A failure is a warning and an ``error`` in the entries, never lost work; a cancel (the run's
+    token, Ctrl-C) marks the entries the same way and is handed back, so the run ends cancelled.
+    """
     extras: dict[str, Any] = {}
-    scores, texts, error = None, [], ""
+    scores, texts, error, cancel = None, [], "", None
     try:
         if dense.zero_shot is not None:
             scores = score_tasks(run.loaded, run.tasks, config.task_limit, run.device, ticks, "pruned")[0]
@@ -293,13 +306,16 @@ def _pruned_extras(config: Any, run: Prepared, record: Callable[[Event], None], 
         if config.generate:
             texts = generate_texts(run.loaded, run.device, ticks, "pruned", record)
     except (Exception, KeyboardInterrupt) as exc:  # the pruning is finished and recorded: keep it, report this
-        error = _failure_message(exc, run.device)
-        record(RunWarning(layer=-1, name="", message=f"evaluation of the pruned model failed: {error}"))
+        if isinstance(exc, RunCancelled | KeyboardInterrupt):
+            cancel, error = exc, "cancelled before it completed"
+        else:
+            error = _failure_message(exc, run.device)
+            record(RunWarning(layer=-1, name="", message=f"evaluation of the pruned model failed: {error}"))
     if dense.zero_shot is not None:
         extras["zero_shot"] = zero_shot_entry(dense, scores, error if scores is None else "")
     if config.generate:
         extras["generations"] = generations_entry(dense.texts, texts, error if len(texts) < len(dense.texts) else "")
-    return extras
+    return extras, cancel
 
 
 def _dense_eval(config: Any, run: Prepared, record: Callable[[Event], None], ticks: ProgressEvents) -> dict[str, float]:

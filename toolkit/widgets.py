@@ -1,7 +1,8 @@
 """Jupyter widgets (ipywidgets + plotly FigureWidget) over the same events and figures as the app.
 
 - :class:`Dashboard`: the Run view in a notebook: a small form, Run / Cancel, and the live
-  heat-map, layer-error line, solver convergence and λ bisection, progress and warnings.
+  heat-map, layer-error line, solver convergence and λ bisection, progress and warnings; for a
+  structured run (numerical, flap, ...) the Newton traces, the global ranking and the kept-unit map.
   ``Dashboard().run()`` runs in the cell (widgets refresh as it goes); the Run button runs in a
   background thread so Cancel stays clickable.
 - :func:`compare_masks`: keep-masks of two runs for one linear, their difference and overlap.
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkit import compare, viz, viz_masks, viz_quant, viz_sweep
+from toolkit import compare, viz, viz_masks, viz_quant, viz_structure, viz_sweep
 from toolkit.api import CancelToken, RunConfig, list_methods, list_runs, open_run, run
 from toolkit.errors import ToolkitError
 from toolkit.live import RunView, format_seconds, progress_line
@@ -35,6 +36,12 @@ def _figure(view: RunView, name: str) -> Any:
         return viz.error_heatmap(view.pruned, num_layers=view.num_layers, linears=view.linears, revision=key)
     if name == "layers":
         return viz.layer_error_figure(view.layers_done, num_layers=view.num_layers, revision=key)
+    if name == "solver" and view.structure.newton:  # a structured run: the Newton trace of every layer
+        return viz_structure.newton_figure(view.structure.newton, revision=key, height=viz.LAMBDA_HEIGHT)
+    if name == "ranking":
+        return viz_structure.ranking_figure(view.structure.ranking, revision=key)
+    if name == "kept":
+        return viz_structure.kept_map_figure(view.structure.kept, revision=key)
     if name == "solver":
         return viz.convergence_figure(view.solver.steps, view.blocks.steps, revision=key)
     if not view.lambdas.steps and viz_quant.has_projection_trace(view.solver.steps):  # AWP: projection trace
@@ -70,7 +77,7 @@ def _parse_options(text: str) -> dict[str, str]:
 class Dashboard:
     """The Run view for notebooks; display it, then press Run or call :meth:`run`."""
 
-    FIGURES = ("heatmap", "layers", "solver", "lambda")
+    FIGURES = ("heatmap", "layers", "solver", "lambda", "ranking", "kept")
 
     def __init__(self, model: str = "smollm2-135m", method: str = "wanda", sparsity: str = "50%", *,
                  runs_dir: str = "runs", **protocol: Any) -> None:
@@ -107,8 +114,11 @@ class Dashboard:
         form = w.VBox([w.HBox([self.model, self.method, self.sparsity, self.quant]),
                        w.HBox([self.options, self.nsamples, self.seqlen]),
                        w.HBox([self.evaluate, self.eval_windows, self.run_button, self.cancel_button])])
+        # shown only for structured runs: the global ranking of heads and channels, and what each layer kept
+        self.structure = w.HBox([self.figures["ranking"], self.figures["kept"]], layout=w.Layout(display="none"))
         self.widget = w.VBox([form, self.status, w.HBox([self.figures["heatmap"], self.figures["layers"]]),
-                              w.HBox([self.figures["solver"], self.figures["lambda"]]), self.warnings, self.result])
+                              w.HBox([self.figures["solver"], self.figures["lambda"]]), self.structure,
+                              self.warnings, self.result])
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
@@ -168,6 +178,7 @@ class Dashboard:
         self.status.value = f"<b>{view.status}</b> · {view.method} {view.sparsity} · {progress_line(view, now)}"
         for name, widget in self.figures.items():
             _copy_into(widget, _figure(view, name))
+        self.structure.layout.display = "flex" if view.structure.active else "none"
         self.warnings.value = "\n".join(view.warnings)
         if view.status == "finished":
             rows = "".join(f"<tr><td>{k}</td><td>{view.dense_ppl.get(k, math.nan):.3f}</td><td>{v:.3f}</td></tr>"

@@ -20,8 +20,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from toolkit.errors import ToolkitError
 from toolkit.events import TaskScore
 from toolkit.generate import context_limit
+from toolkit.models import BOS_FAMILIES
 from toolkit.tokenizers import TextCodec
 from toolkit.zeroshot_tasks import LOCAL, TaskSpec, check_limit, local_config, resolve_tasks, stock_folder
 
@@ -99,6 +101,7 @@ def evaluate_tasks(
     """
     specs = _specs(tasks)
     check_limit(limit)
+    check_task_tokens(model, codec, specs)
     from toolkit.zeroshot_harness import CodecLM
 
     report = progress or (lambda task, done, total: None)
@@ -113,6 +116,20 @@ def evaluate_tasks(
     finally:
         model.to(home).train(was_training)
     return ZeroShotResult(tuple(results), limit, protocol(model, codec, device, limit))
+
+
+def check_task_tokens(model: nn.Module, codec: TextCodec, specs: Sequence[TaskSpec]) -> None:
+    """Refuse, before any scoring, a model whose family needs a BOS token (Gemma) with a tokenizer that has none.
+
+    Such a model was trained with BOS at the start of every input; scored without it, its
+    log-likelihoods (and so its accuracies) are those of inputs it never saw.
+    """
+    family = getattr(getattr(model, "config", None), "model_type", "")
+    if family in BOS_FAMILIES and codec.bos_id is None:
+        names = ", ".join(spec.name for spec in specs)
+        raise ToolkitError(f"{family} models need a BOS token at the start of every input, but the tokenizer "
+                           f"{codec.name!r} has none, so {names} would be scored on inputs the model never saw: "
+                           "load the model with its own tokenizer (tokenizer.json with bos_token)")
 
 
 def _specs(tasks: Sequence[str] | Sequence[TaskSpec] | str) -> tuple[TaskSpec, ...]:

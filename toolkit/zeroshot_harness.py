@@ -41,6 +41,7 @@ from lm_eval.api.task import ConfigurableTask
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from torch import nn
 
+from toolkit.errors import ToolkitError
 from toolkit.generate import context_limit, decode, encode_prompt, eos_id, greedy_ids
 from toolkit.tokenizers import TextCodec
 from toolkit.zeroshot_tasks import load_local_split
@@ -67,11 +68,17 @@ class CodecLM(TemplateLM):
 
     @property
     def eot_token_id(self) -> int:
-        """End-of-text id: the tokenizer's EOS (the byte codec's BOS, its only special id)."""
+        """End-of-text id: the tokenizer's EOS (the byte codec's BOS, its only special id).
+
+        A tokenizer with neither EOS nor BOS is an error here, where a request first needs one, never a guessed id.
+        """
         eos = eos_id(self.codec)
         if eos is not None:
             return eos
-        return self.codec.bos_id if self.codec.bos_id is not None else 0
+        if self.codec.bos_id is None:
+            raise ToolkitError(f"the tokenizer {self.codec.name!r} has neither an EOS nor a BOS token, which this "
+                               "task needs to start an empty context or end a text: use the model's own tokenizer")
+        return self.codec.bos_id
 
     @property
     def prefix_token_id(self) -> int:
