@@ -222,12 +222,13 @@ def test_runs_table_survives_hand_edits(tmp_path: Path) -> None:
     hand_edit(weird, "result.json", json.dumps({"ppl": "high", "achieved_sparsity": "half"}))
     table = runs_tab.runs_table(str(tmp_path))
     assert "3 damaged" in table["message"] and len(table["rows"]) == 4
-    rows = {row[0]: row for row in table["rows"]}
-    assert rows[good.name][3] == "a=1" and rows[good.name][6] == 25.0
-    assert rows[odd.name][-1].startswith("damaged")
-    assert rows[weird.name][5] is None and rows[weird.name][6] is None
-    assert rows[broken.name][-1].startswith("damaged: config.json is not valid JSON")
-    assert rows[weird.name][-1] == "damaged: result.json 'ppl' is a string, not an object"
+    rows = {row[0]: dict(zip(runs_tab.COLUMNS, row, strict=True)) for row in table["rows"]}
+    assert rows[good.name]["options"] == "a=1" and rows[good.name]["perplexity"] == 25.0
+    assert runs_tab.COLUMNS[-1] == "options"  # any length, last: perplexity stays on screen
+    assert rows[odd.name]["status"].startswith("damaged")
+    assert rows[weird.name]["achieved"] is None and rows[weird.name]["perplexity"] is None
+    assert rows[broken.name]["status"].startswith("damaged: config.json is not valid JSON")
+    assert rows[weird.name]["status"] == "damaged: result.json 'ppl' is a string, not an object"
 
 
 def test_replay_a_stored_run(tmp_path: Path) -> None:
