@@ -102,7 +102,7 @@ def _follow(job: Job, clock: Callable[[], float], runs_dir: Path, config: RunCon
         now = clock()
         due = sorted((n for n in views.stale(view, sent) if now - drawn_at[n] >= FIGURE_PERIOD),
                      key=drawn_at.__getitem__)
-        figures = tuple(due[:FIGURES_PER_TICK])
+        figures = views.paired(tuple(due[:FIGURES_PER_TICK]))  # the solver panels travel together
         update, sent = views.render(view, now, sent, figures=figures)
         update["visible"] = views.visible(view)
         drawn_at.update(dict.fromkeys(figures, now))

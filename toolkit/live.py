@@ -47,12 +47,14 @@ class Trace:
     layer: int = -1
     name: str = ""
     steps: list[Any] = field(default_factory=list)
+    seen: int = 0  # the view's event count at the latest step (which trace moved last)
 
-    def add(self, event: Any) -> None:
-        """Append ``event``; a step of another linear starts a fresh trace."""
+    def add(self, event: Any, seen: int = 0) -> None:
+        """Append ``event`` (the view's ``seen``-th event); a step of another linear starts a fresh trace."""
         if (event.layer, event.name) != (self.layer, self.name):
             self.layer, self.name, self.steps = event.layer, event.name, []
         self.steps.append(event)
+        self.seen = seen
 
     @property
     def label(self) -> str:
@@ -225,19 +227,19 @@ def _on_layer_done(view: RunView, event: LayerDone, now: float) -> None:
 
 
 def _on_solver(view: RunView, event: SolverStep, now: float) -> None:
-    view.solver.add(event)
+    view.solver.add(event, view.events_seen)
     view.current_linear = event.name
     view._bump("solver")
 
 
 def _on_block(view: RunView, event: BlockStep, now: float) -> None:
-    view.blocks.add(event)
+    view.blocks.add(event, view.events_seen)
     view.current_linear = event.name
     view._bump("solver")
 
 
 def _on_lambda(view: RunView, event: LambdaStep, now: float) -> None:
-    view.lambdas.add(event)
+    view.lambdas.add(event, view.events_seen)
     view._bump("lambda")
 
 
