@@ -358,28 +358,11 @@ def format_seconds(seconds: float, tenths: bool = False) -> str:
 
 
 def progress_line(view: RunView, now: float) -> str:
-    """One line: ``layer 3 · 3 of 30 layers done · q_proj · 12% of linears · elapsed 40 s · about 4 min 50 s left``.
+    """One line naming the phase under way, with elapsed time and time left (:func:`toolkit.live_phase.phase_line`).
 
-    Layers are counted from 0, as in the heat-map, the figure titles and the events.
-
-    While an evaluation stage runs: ``evaluating pruned · window 40/210 · elapsed … · about … left``.
+    ``pruning layer 3 · 3 of 30 layers done · q_proj · 12% of linears · elapsed 40 s · about 4 min 50 s left``;
+    layers are counted from 0, as in the heat-map, the figure titles and the events.
     """
-    if view.status == "idle":
-        return "idle"
-    if view.evaluating:
-        eta = view.eta(now)
-        return " · ".join([view.evals.stage_line(), f"elapsed {format_seconds(view.elapsed(now), tenths=True)}",
-                           f"about {format_seconds(eta)} left" if math.isfinite(eta) else "estimating time left"])
-    layer, done, total = view.layer_progress()
-    parts = [f"layer {layer}"] if view.status == "running" and layer >= 0 else []
-    parts.append(f"{done} of {total} layers done" if total else "starting")
-    if view.current_linear and view.status == "running":
-        parts.append(view.current_linear)
-    parts.append(f"{view.fraction_done:.0%} of linears")
-    parts.append(f"elapsed {format_seconds(view.elapsed(now), tenths=True)}")
-    if view.status == "running":
-        eta = view.eta(now)
-        parts.append(f"about {format_seconds(eta)} left" if math.isfinite(eta) else "estimating time left")
-    else:
-        parts.append(view.status)
-    return " · ".join(parts)
+    from toolkit.live_phase import phase_line  # the phase logic imports this module's helpers
+
+    return phase_line(view, now)
