@@ -31,10 +31,8 @@ def _discrete_scale(colors: tuple[str, ...]) -> list[list[object]]:
 
 
 def _axes(tile: Tile, suffix: str = "", **extra: object) -> dict[str, dict[str, object]]:
-    x = {"title": {"text": "input column"}, "range": [tile.col - 0.5, tile.col + tile.cols - 0.5],
-         "constrain": "domain"}
-    y = {"title": {"text": "output row"}, "range": [tile.row + tile.rows - 0.5, tile.row - 0.5],
-         "scaleanchor": f"x{suffix}", "constrain": "domain"}
+    x = {"title": {"text": "input column"}, "range": [tile.col - 0.5, tile.col + tile.cols - 0.5]}
+    y = {"title": {"text": "output row"}, "range": [tile.row + tile.rows - 0.5, tile.row - 0.5]}
     return {f"xaxis{suffix}": {**x, **extra}, f"yaxis{suffix}": {**y, "anchor": f"x{suffix}"}}
 
 
@@ -86,6 +84,7 @@ def category_difference_figure(a: np.ndarray, b: np.ndarray, labels: tuple[str, 
         data.append({"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name": name,
                      "marker": {"symbol": "square", "size": 14, "color": color, "line": {"color": "#888", "width": 1}}})
     title = f"{labels[0]} (A) vs {labels[1]} (B) · {tile.label} · {differ:.1%} of this tile kept by one run only"
-    layout = base_layout(title, 500, margin={"l": 60, "r": 20, "t": 64, "b": 40},
-                         legend={"x": 1.02, "y": 1.0, "title": {"text": "whole linear"}}, **_axes(tile))
+    layout = base_layout(title, 520, margin={"l": 60, "r": 20, "t": 64, "b": 40},
+                         legend={"orientation": "h", "x": 0.0, "y": -0.14, "yanchor": "top",
+                                 "title": {"text": "whole linear:"}}, **_axes(tile))
     return figure(data, layout)
