@@ -21,7 +21,9 @@ from app.jobs import SESSIONS
 TITLE = "PruneLab: post-training pruning of LLMs"
 INTRO = ("Prune a language model layer by layer and watch it happen: **Run** one method, **Sweep** methods × "
          "sparsities into perplexity curves, **Compare** the masks two runs chose, and browse past **Runs**.")
-CSS = ".plot-container { min-height: 0 !important; } footer { display: none !important; }"
+CSS = (".plot-container { min-height: 0 !important; } footer { display: none !important; } "
+       "#run-actions { position: sticky; top: 0; bottom: 0; z-index: 20; background: var(--background-fill-primary); } "
+       ".gradio-container { overflow: clip !important; }")  # clip, unlike hidden, lets #run-actions stick
 
 
 def build_app(default_model: str = "smollm2-135m", runs_dir: str = "runs"):  # noqa: ANN201 - gr.Blocks

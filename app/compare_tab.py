@@ -1,5 +1,10 @@
 """The Compare tab: keep-masks of two or more finished runs, side by side, and their overlap.
 
+For the chosen linear: the whole matrix as kept fraction per block (fixed 0–1 scale), a tile at
+native resolution (one cell per weight; the tile picker gives its top-left row, column and size),
+the four-way difference of the first two runs on that tile (kept by A only / B only / both /
+pruned by both, counted over the whole linear), and the IoU of kept weights against chance.
+
 Structured runs (whole heads and channels removed) are compared by their kept units instead:
 layer × unit maps side by side, the overlap of the kept sets per kind, and where they differ.
 
@@ -13,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from toolkit import compare, compare_structure, viz, viz_masks, viz_structure
+from toolkit import compare, compare_structure, mask_diff, viz, viz_mask_tiles, viz_masks, viz_structure
 from toolkit.api import list_runs, open_run
 from toolkit.errors import ToolkitError
 from toolkit.runs import RunRecord
@@ -61,7 +66,8 @@ def linear_choices(run_ids: list[str], runs_dir: str) -> dict[str, Any]:
     return {"message": "", "layers": [str(layer) for layer in layers], "linears": linears}
 
 
-PANELS = ("masks", "difference", "overlap", "histograms", "all_linears")
+PANELS = ("masks", "tile", "difference", "overlap", "histograms", "all_linears")
+DEFAULT_TILE = (0, 0, 128)  # top-left row, top-left column, side (weights)
 
 
 def cleared(message: str | None = None) -> dict[str, Any]:
@@ -76,8 +82,27 @@ def cleared(message: str | None = None) -> dict[str, Any]:
     return view
 
 
-def compare_view(run_ids: list[str], layer: Any, linear: str, m: Any, runs_dir: str) -> dict[str, Any]:
-    """Every Compare figure for the chosen runs and linear, or a ``message`` saying what is wrong."""
+def _whole(value: Any, what: str) -> int:
+    """A form number as an int; ToolkitError naming the field when it is empty or not whole."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ToolkitError(f"{what} must be a whole number, got {value!r}") from None
+    if not number.is_integer():
+        raise ToolkitError(f"{what} must be a whole number, got {value}")
+    return int(number)
+
+
+def pick_tile(shape: tuple[int, ...], tile: tuple[Any, Any, Any]) -> mask_diff.Tile:
+    """The tile picker's (row, column, size) as a :class:`~toolkit.mask_diff.Tile` of a matrix of ``shape``."""
+    row, col, size = tile
+    return mask_diff.tile(shape, _whole(row, "the tile row"), _whole(col, "the tile column"),
+                          _whole(size, "the tile size"))
+
+
+def compare_view(run_ids: list[str], layer: Any, linear: str, m: Any, runs_dir: str,
+                 tile: tuple[Any, Any, Any] = DEFAULT_TILE) -> dict[str, Any]:
+    """Every Compare figure for the chosen runs, linear and tile, or a ``message`` saying what is wrong."""
     try:
         records = open_records(run_ids, runs_dir)
         if any(compare_structure.is_structured(record) for record in records):
@@ -89,6 +114,7 @@ def compare_view(run_ids: list[str], layer: Any, linear: str, m: Any, runs_dir: 
         if group < 1:
             raise ToolkitError(f"the n:m group size m must be a whole number ≥ 1, got {m}")
         masks = compare.load_masks(records, int(layer), str(linear))
+        window = pick_tile(next(iter(masks.values())).shape, tile)
         rows = compare.pairwise(masks, group)
         everything = compare.all_linears(records, group)
     except (ToolkitError, ValueError) as exc:
@@ -98,12 +124,15 @@ def compare_view(run_ids: list[str], layer: Any, linear: str, m: Any, runs_dir: 
         return {**cleared(f"**⚠ could not compare these runs ({type(exc).__name__}: {exc})**"), "notice": str(exc)}
     labels = list(masks)
     first = rows[0]
-    note = (f"layer {layer} · {linear}: IoU {first['iou']:.3f}, Hamming {first['hamming']:.3f}, "
+    note = (f"layer {layer} · {linear}: IoU of kept weights {first['iou']:.3f} (two random masks: "
+            f"{first['chance_iou']:.3f}), Hamming {first['hamming']:.3f}, "
             f"{group}-group agreement {_fmt(first['group_agreement'])} ({labels[0]} vs {labels[1]})")
     return {
         "message": note,
-        "masks": viz_masks.mask_images_figure(masks),
-        "difference": viz_masks.mask_difference_figure(masks[labels[0]], masks[labels[1]], (labels[0], labels[1])),
+        "masks": viz_masks.mask_images_figure(masks, tile=window),
+        "tile": viz_mask_tiles.tile_images_figure(masks, window),
+        "difference": viz_mask_tiles.category_difference_figure(masks[labels[0]], masks[labels[1]],
+                                                                (labels[0], labels[1]), window),
         "overlap": viz_masks.overlap_figure(rows),
         "histograms": viz_masks.sparsity_histograms(masks),
         "all_linears": viz_masks.all_linears_overlap_figure(everything),
@@ -127,7 +156,8 @@ def structure_view(records: list[RunRecord]) -> dict[str, Any]:
         "message": f"kept heads and channels · {summary} · the difference map shows {kind} (rows = layers)",
         "masks": viz_structure.kept_compare_figure(runs),
         "difference": viz_masks.mask_difference_figure(first, second, (labels[0], labels[1])),
-        "overlap": viz_masks.overlap_figure(rows, title="kept units: overlap with the first run"),
+        "overlap": viz_masks.overlap_figure(rows, title="IoU of kept units with the first run", unit="units"),
+        "tile": unused,
         "histograms": unused,
         "all_linears": unused,
     }
@@ -147,15 +177,23 @@ def build(gr: Any, *, runs_dir: str, history: Any) -> dict[str, Any]:
         layer = gr.Dropdown(choices=[], label="Layer", elem_id="compare-layer")
         linear = gr.Dropdown(choices=[], label="Linear", elem_id="compare-linear")
         group = gr.Number(value=4, precision=0, minimum=1, label="n:m group size m")
+    with gr.Row():  # the tile zoomed to native resolution
+        tile_row = gr.Number(value=DEFAULT_TILE[0], precision=0, minimum=0, label="Tile: first row",
+                             elem_id="compare-tile-row")
+        tile_col = gr.Number(value=DEFAULT_TILE[1], precision=0, minimum=0, label="Tile: first column",
+                             elem_id="compare-tile-col")
+        tile_size = gr.Dropdown(list(mask_diff.TILE_SIZES), value=DEFAULT_TILE[2], label="Tile size (weights)",
+                                elem_id="compare-tile-size")
         go = gr.Button("Compare", variant="primary", elem_id="compare-button")
     message = gr.Markdown("Pick two or more finished runs of one model.", elem_id="compare-message")
     masks = gr.Plot(show_label=False, elem_id="compare-masks")
+    tile = gr.Plot(show_label=False, elem_id="compare-tile")
     with gr.Row():
-        difference = gr.Plot(show_label=False, elem_id="compare-difference")
-        overlap = gr.Plot(show_label=False, elem_id="compare-overlap")
+        difference = gr.Plot(show_label=False, elem_id="compare-difference", scale=3)
+        overlap = gr.Plot(show_label=False, elem_id="compare-overlap", scale=2)
     histograms = gr.Plot(show_label=False, elem_id="compare-histograms")
     all_linears = gr.Plot(show_label=False, elem_id="compare-all")
-    outputs = {"message": message, "masks": masks, "difference": difference, "overlap": overlap,
+    outputs = {"message": message, "masks": masks, "tile": tile, "difference": difference, "overlap": overlap,
                "histograms": histograms, "all_linears": all_linears}
 
     def on_refresh(mine: list[str] | None) -> Any:
@@ -174,8 +212,8 @@ def build(gr: Any, *, runs_dir: str, history: Any) -> dict[str, Any]:
     def on_pick() -> dict:  # layer, linear or m changed: the drawn comparison is of another selection
         return {outputs[key]: value for key, value in cleared().items()}
 
-    def on_compare(run_ids: list[str], layer_value: Any, linear_value: str, m: Any) -> dict:
-        view = compare_view(run_ids or [], layer_value, linear_value, m, runs_dir)
+    def on_compare(run_ids: list[str], layer_value: Any, linear_value: str, m: Any, *window: Any) -> dict:
+        view = compare_view(run_ids or [], layer_value, linear_value, m, runs_dir, (window[0], window[1], window[2]))
         notice = view.pop("notice", None)
         if notice:
             gr.Warning(notice)
@@ -183,8 +221,9 @@ def build(gr: Any, *, runs_dir: str, history: Any) -> dict[str, Any]:
 
     refresh.click(on_refresh, inputs=history, outputs=runs)
     runs.change(on_runs, inputs=runs, outputs=[layer, linear, *outputs.values()])
-    for picker in (layer, linear, group):
+    for picker in (layer, linear, group, tile_row, tile_col, tile_size):
         picker.change(on_pick, outputs=[outputs[key] for key in PANELS])
-    go.click(on_compare, inputs=[runs, layer, linear, group], outputs=list(outputs.values()),
+    go.click(on_compare, inputs=[runs, layer, linear, group, tile_row, tile_col, tile_size],
+             outputs=list(outputs.values()),
              concurrency_limit=4)
     return {"runs": runs, "refresh": on_refresh}

@@ -102,7 +102,7 @@ def _follow(job: Job, clock: Callable[[], float], runs_dir: Path, config: RunCon
         now = clock()
         due = sorted((n for n in views.stale(view, sent) if now - drawn_at[n] >= FIGURE_PERIOD),
                      key=drawn_at.__getitem__)
-        figures = tuple(due[:FIGURES_PER_TICK])
+        figures = views.paired(tuple(due[:FIGURES_PER_TICK]))  # the solver panels travel together
         update, sent = views.render(view, now, sent, figures=figures)
         update["visible"] = views.visible(view)
         drawn_at.update(dict.fromkeys(figures, now))
@@ -238,7 +238,7 @@ class RunForm:
 
 
 def _form(gr: Any, default_model: str, methods: dict[str, dict]) -> RunForm:
-    """The left column: model, method and its options, sparsity, protocol, Run / Cancel."""
+    """The left column: model, method, sparsity, Run / Cancel, then the collapsible options and protocol."""
     from app.controls import model_controls, protocol_controls
 
     chosen = "wanda" if "wanda" in methods else next(iter(methods))
@@ -250,6 +250,9 @@ def _form(gr: Any, default_model: str, methods: dict[str, dict]) -> RunForm:
     percent = gr.Slider(0, 95, value=50, step=1, label="Sparsity (%)", elem_id="run-percent")
     nm = gr.Dropdown(list(forms.NM_CHOICES), value="2:4", allow_custom_value=True, visible=False,
                      label="n:m (keep n of every m consecutive weights)", elem_id="run-nm")
+    with gr.Row(elem_id="run-actions"):  # above the options, and sticky (app CSS): never below the fold
+        run_button = gr.Button("Run", variant="primary", elem_id="run-button")
+        cancel_button = gr.Button("Cancel", variant="stop", elem_id="cancel-button")
     with gr.Row():
         quant = gr.Dropdown(list(forms.QUANT_CHOICES), value="none", label="Quantization (quantizing methods)",
                             elem_id="run-quant")
@@ -268,9 +271,6 @@ def _form(gr: Any, default_model: str, methods: dict[str, dict]) -> RunForm:
         save_model = gr.Checkbox(False, label="Save the pruned checkpoint (offered as a download)")
         generate = gr.Checkbox(False, label="Generations: greedy texts of a few fixed prompts, dense and pruned",
                                elem_id="run-generate")
-    with gr.Row():
-        run_button = gr.Button("Run", variant="primary", elem_id="run-button")
-        cancel_button = gr.Button("Cancel", variant="stop", elem_id="cancel-button")
     return RunForm(model, model_path, method, summary, pattern, percent, nm, quant, group_size, unit, groups,
                    option_inputs, extra, protocol, eval_dense, save_model, generate, run_button,
                    cancel_button)

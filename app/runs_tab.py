@@ -17,7 +17,9 @@ from toolkit.live import fold, settle, trace_for, traced_linears
 from toolkit.runs import RunRecord
 
 log = logging.getLogger(__name__)
-COLUMNS = ("run", "model", "method", "options", "compression", "achieved", "ppl", "dense ppl", "prune s", "status")
+# the method options (any length) come last, so they never push perplexity off a laptop screen
+COLUMNS = ("run", "model", "method", "compression", "achieved", "perplexity", "dense perplexity", "prune s", "status",
+           "options")
 
 
 def _number(value: Any, digits: int = 3) -> Any:
@@ -38,12 +40,12 @@ def row(record: RunRecord) -> list[Any]:
         config, result = dict(record.config), record.result if isinstance(record.result, dict) else {}
         options = config.get("options") or {}
         text = ", ".join(f"{k}={v}" for k, v in options.items()) if isinstance(options, dict) else str(options)
-        return [record.run_id, str(config.get("model", "?")), str(config.get("method", "?")), text,
+        return [record.run_id, str(config.get("model", "?")), str(config.get("method", "?")),
                 record.label, _number(result.get("achieved_sparsity"), 4),
                 _number(_first(result.get("ppl"))), _number(_first(result.get("dense_ppl"))),
-                _number(result.get("prune_seconds"), 1), status_text(record)]
+                _number(result.get("prune_seconds"), 1), status_text(record), text]
     except (TypeError, ValueError, AttributeError) as exc:
-        return [record.run_id, "?", "?", "", "?", None, None, None, None, f"damaged: {exc}"]
+        return [record.run_id, "?", "?", "?", None, None, None, None, f"damaged: {exc}", ""]
 
 
 def status_text(record: RunRecord) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from toolkit import viz, viz_quant, viz_structure
 from toolkit.live import RunView, format_seconds, progress_line
+from toolkit.live_solver import solver_snapshot
 
 FIGURES = ("heatmap", "layers", "solver", "lambda", "ranking", "kept")
 
@@ -30,18 +31,32 @@ def figure(view: RunView, name: str) -> Any:
                                       height=viz.heatmap_height(view.num_layers))
     if name == "solver" and view.structure.newton:  # a structured run: the Newton trace of every layer
         return viz_structure.newton_figure(view.structure.newton, revision=key, height=viz.LAMBDA_HEIGHT)
-    if name == "solver":
-        return viz.convergence_figure(view.solver.steps, view.blocks.steps, revision=key, height=viz.LAMBDA_HEIGHT)
     if name == "ranking":
         return viz_structure.ranking_figure(view.structure.ranking, revision=key)
     if name == "kept":
         return viz_structure.kept_map_figure(view.structure.kept, revision=key)
-    if not view.lambdas.steps and viz_quant.has_projection_trace(view.solver.steps):  # AWP: projection trace
-        return viz_quant.projection_figure(view.solver.steps, revision=key)
-    return viz.lambda_figure(view.lambdas.steps, revision=key)
+    return solver_figures(view)[name]
 
 
 SOLVER_PANELS = ("solver", "lambda")
+
+
+def solver_figures(view: RunView) -> dict[str, Any]:
+    """The convergence and λ panels drawn from one :func:`~toolkit.live_solver.solver_snapshot`: one linear in both."""
+    key, snap = view.run_id or "idle", solver_snapshot(view)
+    solver = viz.convergence_figure(snap.solver, snap.blocks, revision=key, height=viz.LAMBDA_HEIGHT,
+                                    linear=snap.label)
+    if not snap.lambdas and viz_quant.has_projection_trace(snap.solver):  # AWP: projection trace
+        return {"solver": solver, "lambda": viz_quant.projection_figure(snap.solver, revision=key)}
+    lam = viz.lambda_figure(snap.lambdas, revision=key, linear=snap.label if snap.solver else "")
+    return {"solver": solver, "lambda": lam}
+
+
+def paired(figures: tuple[str, ...]) -> tuple[str, ...]:
+    """``figures`` with both solver panels when either is there: they redraw together, never staggered."""
+    if any(name in SOLVER_PANELS for name in figures):
+        return tuple(dict.fromkeys((*figures, *SOLVER_PANELS)))
+    return figures
 
 
 def visible(view: RunView) -> dict[str, bool]:
@@ -179,10 +194,15 @@ def render(view: RunView, now: float, sent: dict[str, int] | None = None,
     """Output values for the sections changed since revisions ``sent``; returns them and the new revisions.
 
     ``sent=None`` renders everything; only the figures named in ``figures`` are drawn (the
-    others stay stale for a later call). Keys: status, heatmap, layers, solver, lambda, ranking,
+    others stay stale for a later call). The two solver panels are drawn together or not at all,
+    from one snapshot (:func:`solver_figures`). Keys: status, heatmap, layers, solver, lambda, ranking,
     kept, warnings, result, generations.
     """
     revisions = dict(view.revision)
+    figures = paired(figures)
+    if any(name in figures and sent is not None and sent.get(name, -1) != revisions.get(name, 0)
+           for name in SOLVER_PANELS):  # one of the pair changed: redraw both from this one snapshot
+        sent = {k: v for k, v in sent.items() if k not in SOLVER_PANELS} if sent is not None else None
     out: dict[str, Any] = {"status": status_markdown(view, now)}
     for name in (*FIGURES, "warnings", "result", "generations"):
         if name in FIGURES and name not in figures:

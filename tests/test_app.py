@@ -222,12 +222,13 @@ def test_runs_table_survives_hand_edits(tmp_path: Path) -> None:
     hand_edit(weird, "result.json", json.dumps({"ppl": "high", "achieved_sparsity": "half"}))
     table = runs_tab.runs_table(str(tmp_path))
     assert "3 damaged" in table["message"] and len(table["rows"]) == 4
-    rows = {row[0]: row for row in table["rows"]}
-    assert rows[good.name][3] == "a=1" and rows[good.name][6] == 25.0
-    assert rows[odd.name][-1].startswith("damaged")
-    assert rows[weird.name][5] is None and rows[weird.name][6] is None
-    assert rows[broken.name][-1].startswith("damaged: config.json is not valid JSON")
-    assert rows[weird.name][-1] == "damaged: result.json 'ppl' is a string, not an object"
+    rows = {row[0]: dict(zip(runs_tab.COLUMNS, row, strict=True)) for row in table["rows"]}
+    assert rows[good.name]["options"] == "a=1" and rows[good.name]["perplexity"] == 25.0
+    assert runs_tab.COLUMNS[-1] == "options"  # any length, last: perplexity stays on screen
+    assert rows[odd.name]["status"].startswith("damaged")
+    assert rows[weird.name]["achieved"] is None and rows[weird.name]["perplexity"] is None
+    assert rows[broken.name]["status"].startswith("damaged: config.json is not valid JSON")
+    assert rows[weird.name]["status"] == "damaged: result.json 'ppl' is a string, not an object"
 
 
 def test_replay_a_stored_run(tmp_path: Path) -> None:
@@ -252,7 +253,7 @@ def test_compare_tab(tmp_path: Path) -> None:
     found = compare_tab.linear_choices([a.name, b.name], str(tmp_path))
     assert found["layers"] == ["0", "1"] and found["linears"] == ["mlp.down_proj", "self_attn.q_proj"]
     view = compare_tab.compare_view([a.name, b.name], "1", "mlp.down_proj", 4, str(tmp_path))
-    assert "IoU" in view["message"] and len(view["masks"].data) == 2 and len(view["all_linears"].data) == 3
+    assert "IoU" in view["message"] and len(view["masks"].data) == 2 and len(view["all_linears"].data) == 2
     bad = compare_tab.compare_view([a.name, other.name], "0", "mlp.down_proj", 4, str(tmp_path))
     assert "different models" in bad["message"]
     assert all(bad[panel] is None for panel in compare_tab.PANELS)  # the previous comparison is cleared

@@ -63,7 +63,7 @@ def test_progress_eta_and_elapsed_use_the_consumer_clock() -> None:
     assert view.elapsed(104.0) == 4.0
     assert view.eta(105.0) == 12.0  # 4 s for a quarter → 12 s left
     line = progress_line(view, 105.0)
-    assert line.startswith("layer 0 · 0 of 2 layers done · ") and "25% of linears" in line
+    assert line.startswith("pruning layer 0 · 0 of 2 layers done · ") and "25% of linears" in line
     assert "elapsed 5.0 s" in line and "12 s left" in line
 
 
@@ -107,5 +107,5 @@ def test_status_line_counts_layers_from_0_like_the_heatmap() -> None:
     second_layer = next(i for i, e in enumerate(events) if isinstance(e, SublayerPruned) and e.layer == 1)
     view = fold(events[: second_layer + 1])
     line = progress_line(view, 0.0)
-    assert line.startswith("layer 1 · 1 of 2 layers done · ") and view.pruned[-1].layer == 1
+    assert line.startswith("pruning layer 1 · 1 of 2 layers done · ") and view.pruned[-1].layer == 1
     assert "of 2 ·" not in line  # no 1-based "layer 2 of 2" beside a heat-map row 1

@@ -40,7 +40,7 @@ def test_status_line_follows_each_evaluation_stage() -> None:
     view.apply(EvalProgress(phase="dense", what="boolq", done=30, total=100), 4.0)
     assert progress_line(view, 4.0).startswith("zero-shot boolq (dense) · 30/100 requests · elapsed 4.0 s · estimating")
     view.apply(LayerStarted(layer=0, num_layers=2, groups=[]), 5.0)  # pruning: back to the layer line
-    assert progress_line(view, 5.0).startswith("layer 0 · 0 of 2 layers done") and view.bar_fraction == 0.0
+    assert progress_line(view, 5.0).startswith("pruning layer 0 · 0 of 2 layers done") and view.bar_fraction == 0.0
     view.apply(EvalProgress(phase="pruned", what="perplexity", done=40, total=210), 6.0)
     assert "evaluating pruned · window 40/210" in views.status_markdown(view, 6.0)
     view.apply(EvalProgress(phase="pruned", what="generation", done=2, total=5), 7.0)

@@ -58,7 +58,8 @@ def test_schema1_events_replay() -> None:
 
 def test_schema1_runs_in_the_app_tabs() -> None:
     table = runs_tab.runs_table(str(STORE_V1))
-    assert len(table["rows"]) == 3 and {row[4] for row in table["rows"]} == {"50%", "2:4"}
+    compression = runs_tab.COLUMNS.index("compression")
+    assert len(table["rows"]) == 3 and {row[compression] for row in table["rows"]} == {"50%", "2:4"}
     records = _records()
     view = runs_tab.replay_view(records["sparsegpt"].run_id, str(STORE_V1))
     assert "✓ finished" in view["status"] and "14 of 14 linears" in view["heatmap"].layout.title.text

@@ -139,20 +139,11 @@ def test_mask_images_and_difference() -> None:
     assert "256 kept only in A" in diff.layout.title.text
 
 
-def test_overlap_histograms_and_all_linears() -> None:
-    rows = [{"pair": "A vs B", "iou": 0.5, "hamming": 0.25, "group_agreement": math.nan},
-            {"pair": "A vs C", "iou": 1.0, "hamming": 0.0, "group_agreement": 1.0}]
-    bars = valid(viz_masks.overlap_figure(rows))
-    assert [t.name for t in bars.data] == ["IoU of kept weights", "Hamming distance", "n:m group agreement"]
-    assert list(bars.data[2].text) == ["n/a", "1.000"] and bars.layout.barmode == "group"
+def test_histograms() -> None:
     masks = {"A": np.eye(8, dtype=bool), "B": np.ones((8, 8), dtype=bool)}
     hist = valid(viz_masks.sparsity_histograms(masks))
     assert len(hist.data) == 4 and hist.data[1].xaxis == "x2"
     assert list(hist.data[0].x) == pytest.approx([7 / 8] * 8)
-    every = [{"layer": layer, "name": name, "pair": "A vs B", "iou": 0.5, "hamming": 0.1, "group_agreement": 0.9}
-             for layer in range(2) for name in ("mlp.up_proj", "self_attn.q_proj")]
-    chart = valid(viz_masks.all_linears_overlap_figure(every))
-    assert len(chart.data) == 3 and list(chart.data[0].x) == ["L0 up_proj", "L0 q_proj", "L1 up_proj", "L1 q_proj"]
     assert not valid(viz_masks.all_linears_overlap_figure([])).data
 
 

@@ -50,7 +50,7 @@ def test_compare_masks_and_sweep_plot(tmp_path: Path) -> None:
     b = write_run(tmp_path, {"model": "m", "method": "magnitude", "sparsity": "2:4", "eval_data": "wiki"}, seed=2)
     comparison = compare_masks(a.name, b, layer=0, linear="self_attn.q_proj", runs_dir=tmp_path)
     assert len(comparison.metrics) == 1 and len(comparison.figures()) == 4
-    assert len(comparison.every_linear().data) == 3
+    assert len(comparison.every_linear().data) == 2  # IoU and its chance line
     fig = sweep_plot(model="m", runs_dir=tmp_path)
     names = [t.name for t in fig.data]  # stored runs of the same second list in either order
     assert sorted(names[:2]) == ["magnitude (n:m)", "wanda"] and names[2] == "dense (20.00)"

@@ -7,6 +7,9 @@ Masks are ``keep_mask`` arrays, bool ``(out, in)``, True = weight kept (STYLE R4
 - **Hamming distance**: the fraction of positions where ``a`` and ``b`` differ (0 = identical).
 - **n:m group agreement**: the fraction of groups of ``m`` consecutive weights of a row (the
   groups an n:m pattern is chosen in) where both masks keep exactly the same weights.
+- **Chance IoU** (:func:`chance_iou`): the IoU two *independent random* masks with kept fractions
+  ``p`` and ``q`` would have, pq / (p + q − pq). An IoU near it means the two methods agree no
+  more than chance; above it, they pick the same weights.
 
 Comparing masks of different models or shapes is a user error (:class:`ToolkitError`).
 """
@@ -78,6 +81,21 @@ def group_agreement(a: np.ndarray, b: np.ndarray, m: int = 4) -> float:
     return float(same.mean()) if same.size else 1.0
 
 
+def chance_iou(kept_a: float, kept_b: float) -> float:
+    """IoU of two independent uniformly random masks that keep fractions ``kept_a`` and ``kept_b``.
+
+    Each weight is in both with probability pq and in either with probability p + q − pq, so
+    E|a ∧ b| / E|a ∨ b| = pq / (p + q − pq); for masks of thousands of weights the IoU of one draw
+    is within a fraction of a percent of it. 1.0 when both keep nothing (as :func:`iou`).
+
+    >>> chance_iou(0.5, 0.5)
+    0.3333333333333333
+    """
+    p, q = float(kept_a), float(kept_b)
+    union = p + q - p * q
+    return 1.0 if union <= 0 else p * q / union
+
+
 def sparsity(mask: np.ndarray) -> float:
     """Fraction of weights pruned (False) in ``mask``."""
     mask = _bool(mask)
@@ -95,15 +113,16 @@ def column_sparsity(mask: np.ndarray) -> np.ndarray:
 
 
 def overlap(a: np.ndarray, b: np.ndarray, m: int = 4) -> dict[str, float]:
-    """IoU, Hamming distance, n:m group agreement (nan when ``m`` does not divide the width)."""
+    """IoU, its chance baseline, Hamming distance, n:m group agreement (nan when ``m`` does not divide the width)."""
     a, b = _bool(a), _bool(b)
     check_same_shape(a, b)
     try:
         groups = group_agreement(a, b, m)
     except ToolkitError:
         groups = float("nan")
-    return {"iou": iou(a, b), "hamming": hamming(a, b), "group_agreement": groups,
-            "sparsity_a": sparsity(a), "sparsity_b": sparsity(b)}
+    sparsity_a, sparsity_b = sparsity(a), sparsity(b)
+    return {"iou": iou(a, b), "chance_iou": chance_iou(1 - sparsity_a, 1 - sparsity_b), "hamming": hamming(a, b),
+            "group_agreement": groups, "sparsity_a": sparsity_a, "sparsity_b": sparsity_b}
 
 
 # -- runs -------------------------------------------------------------------------------------

@@ -47,12 +47,14 @@ class Trace:
     layer: int = -1
     name: str = ""
     steps: list[Any] = field(default_factory=list)
+    seen: int = 0  # the view's event count at the latest step (which trace moved last)
 
-    def add(self, event: Any) -> None:
-        """Append ``event``; a step of another linear starts a fresh trace."""
+    def add(self, event: Any, seen: int = 0) -> None:
+        """Append ``event`` (the view's ``seen``-th event); a step of another linear starts a fresh trace."""
         if (event.layer, event.name) != (self.layer, self.name):
             self.layer, self.name, self.steps = event.layer, event.name, []
         self.steps.append(event)
+        self.seen = seen
 
     @property
     def label(self) -> str:
@@ -225,19 +227,19 @@ def _on_layer_done(view: RunView, event: LayerDone, now: float) -> None:
 
 
 def _on_solver(view: RunView, event: SolverStep, now: float) -> None:
-    view.solver.add(event)
+    view.solver.add(event, view.events_seen)
     view.current_linear = event.name
     view._bump("solver")
 
 
 def _on_block(view: RunView, event: BlockStep, now: float) -> None:
-    view.blocks.add(event)
+    view.blocks.add(event, view.events_seen)
     view.current_linear = event.name
     view._bump("solver")
 
 
 def _on_lambda(view: RunView, event: LambdaStep, now: float) -> None:
-    view.lambdas.add(event)
+    view.lambdas.add(event, view.events_seen)
     view._bump("lambda")
 
 
@@ -356,28 +358,11 @@ def format_seconds(seconds: float, tenths: bool = False) -> str:
 
 
 def progress_line(view: RunView, now: float) -> str:
-    """One line: ``layer 3 · 3 of 30 layers done · q_proj · 12% of linears · elapsed 40 s · about 4 min 50 s left``.
+    """One line naming the phase under way, with elapsed time and time left (:func:`toolkit.live_phase.phase_line`).
 
-    Layers are counted from 0, as in the heat-map, the figure titles and the events.
-
-    While an evaluation stage runs: ``evaluating pruned · window 40/210 · elapsed … · about … left``.
+    ``pruning layer 3 · 3 of 30 layers done · q_proj · 12% of linears · elapsed 40 s · about 4 min 50 s left``;
+    layers are counted from 0, as in the heat-map, the figure titles and the events.
     """
-    if view.status == "idle":
-        return "idle"
-    if view.evaluating:
-        eta = view.eta(now)
-        return " · ".join([view.evals.stage_line(), f"elapsed {format_seconds(view.elapsed(now), tenths=True)}",
-                           f"about {format_seconds(eta)} left" if math.isfinite(eta) else "estimating time left"])
-    layer, done, total = view.layer_progress()
-    parts = [f"layer {layer}"] if view.status == "running" and layer >= 0 else []
-    parts.append(f"{done} of {total} layers done" if total else "starting")
-    if view.current_linear and view.status == "running":
-        parts.append(view.current_linear)
-    parts.append(f"{view.fraction_done:.0%} of linears")
-    parts.append(f"elapsed {format_seconds(view.elapsed(now), tenths=True)}")
-    if view.status == "running":
-        eta = view.eta(now)
-        parts.append(f"about {format_seconds(eta)} left" if math.isfinite(eta) else "estimating time left")
-    else:
-        parts.append(view.status)
-    return " · ".join(parts)
+    from toolkit.live_phase import phase_line  # the phase logic imports this module's helpers
+
+    return phase_line(view, now)

@@ -38,12 +38,15 @@ class EvalView:
     headline: dict[str, str] = field(default_factory=dict)  # task → its headline metric
     labels: dict[str, tuple[str, int]] = field(default_factory=dict)  # task → (split, examples)
     texts: dict[str, list[Generated]] = field(default_factory=dict)  # which → greedy texts, in prompt order
+    durations: dict[tuple[str, str], float] = field(default_factory=dict)  # (phase, what) → seconds, once complete
 
     def progress(self, event: EvalProgress, now: float) -> None:
-        """A tick: a new stage restarts the pace clock."""
+        """A tick: a new stage restarts the pace clock; a complete stage records its duration."""
         if self.stage is None or (self.stage.phase, self.stage.what) != (event.phase, event.what):
             self.stage_started_at, self.stage_first_done = now, event.done
         self.stage = event
+        if event.done >= event.total and math.isfinite(now) and math.isfinite(self.stage_started_at):
+            self.durations.setdefault((event.phase, event.what), now - self.stage_started_at)
 
     def score(self, event: TaskScore) -> None:
         """A task's metric for the dense or the pruned model."""

@@ -225,10 +225,11 @@ def layer_error_figure(done: Sequence[LayerDone], *, num_layers: int = 0, revisi
 
 
 def convergence_figure(steps: Sequence[SolverStep], blocks: Sequence[BlockStep] = (), *,
-                       revision: Any = None, height: int = HEIGHT) -> go.Figure:
+                       revision: Any = None, height: int = HEIGHT, linear: str = "") -> go.Figure:
     """Objective per iteration of the current linear's solver, one line per outer round.
 
     Without SolverSteps but with BlockSteps (Thanos), bars of the error each column block added.
+    With neither, ``linear`` (``layer 3 · q_proj``) names the linear whose solve is starting.
     """
     if steps:
         return _solver_lines(thin(steps), revision, height)
@@ -243,6 +244,8 @@ def convergence_figure(steps: Sequence[SolverStep], blocks: Sequence[BlockStep] 
         layout = base_layout(f"block-wise solve · layer {first.layer} · {first.name}", height, revision,
                              xaxis={"title": {"text": "column block"}}, yaxis={"title": {"text": "error added"}})
         return figure([trace], layout)
+    if linear:
+        return note_figure(f"solver convergence · {linear}", "the solve of this linear is starting", height, revision)
     return note_figure("solver convergence", "no iterative solver trace yet (FISTAPruner and Thanos draw here)",
                        height, revision)
 
@@ -285,16 +288,19 @@ def round_scale(first: int, last: int) -> Spec:
             "colorbar": {"title": {"text": "round"}, "thickness": 12, "tickvals": list(range(first, last + 1, step))}}
 
 
-def lambda_figure(steps: Sequence[LambdaStep], *, revision: Any = None) -> go.Figure:
+def lambda_figure(steps: Sequence[LambdaStep], *, revision: Any = None, linear: str = "") -> go.Figure:
     """FISTAPruner's λ bisection for one linear: three panels sharing the round axis.
 
     1. λ per round within [λ_low, λ_high] (log scale; a bound of 0 is not drawn);
     2. E_round / E_total per round against the threshold ξ (above ξ, λ goes up);
     3. the sparsity of the FISTA solution before rounding to the target, on a fixed 0…100% axis.
     Rounds that improved the best error have filled markers, the others open ones; a legend names
-    every line.
+    every line. Without steps, ``linear`` (``layer 3 · q_proj``) names the linear whose first round
+    is under way.
     """
     height = LAMBDA_HEIGHT
+    if not steps and linear:
+        return note_figure(f"λ bisection · {linear}", "first λ round of this linear under way", height, revision)
     if not steps:
         return note_figure("λ bisection", "the λ bisection trace appears for FISTAPruner runs", height, revision)
     steps = thin(steps)

@@ -2,7 +2,10 @@
 
 Pure functions of numpy arrays and plain rows (from :mod:`toolkit.compare`); no I/O, no torch.
 Large matrices are shown block-averaged (:func:`downsample`): a pixel is the kept fraction of
-its block, so a 576 × 1536 mask becomes a 96 × 256 image; hover says the block size.
+its block, so a 576 × 1536 mask becomes a 96 × 256 image; hover says the block size. The colour
+scale is fixed (0 to 1 kept, a perceptual scale rather than grey), so a block that keeps more than
+the matrix average stands out: Wanda's column stripes and SparseGPT's row bands stay visible.
+Native-resolution tiles and the four-way difference are in :mod:`toolkit.viz_mask_tiles`.
 """
 
 from __future__ import annotations
@@ -14,13 +17,16 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from toolkit.compare import column_sparsity, row_sparsity, sparsity
-from toolkit.viz import PALETTE, base_layout, figure, gaps, note_figure, panel_title, short_names, stacked
+from toolkit.compare import chance_iou, column_sparsity, row_sparsity, sparsity
+from toolkit.mask_diff import Tile
+from toolkit.viz import PALETTE, base_layout, figure, gaps, note_figure, panel_title, short_names
 
 MAX_SIDE = 256
-KEPT_SCALE = [[0.0, "#ffffff"], [1.0, "#1f2430"]]  # pruned white, kept dark
+# kept fraction per block on a fixed 0..1 scale (viridis stops): 0 violet, 0.5 teal, 1 yellow, never grey
+KEPT_SCALE = [[0.0, "#440154"], [0.25, "#3b528b"], [0.5, "#21918c"], [0.75, "#5ec962"], [1.0, "#fde725"]]
 DIFF_SCALE = [[0.0, "#2166ac"], [0.5, "#ffffff"], [1.0, "#b2182b"]]  # −1 only in B (blue), +1 only in A (red)
-METRICS = (("iou", "IoU of kept weights"), ("hamming", "Hamming distance"), ("group_agreement", "n:m group agreement"))
+CHANCE_LEGEND = "chance: two random masks of these kept fractions p, q, IoU = pq/(p+q−pq)"
+CHANCE_COLOR = "#b0b0b0"
 
 
 def downsample(mask: np.ndarray, max_side: int = MAX_SIDE) -> tuple[np.ndarray, tuple[int, int]]:
@@ -64,9 +70,10 @@ def side_by_side(count: int, gap: float = 0.04) -> list[list[float]]:
             for i in range(count)]
 
 
-def mask_images_figure(masks: Mapping[str, np.ndarray], *, title: str = "keep-masks (dark = kept)",
-                       max_side: int = MAX_SIDE) -> go.Figure:
-    """Side-by-side keep-mask images with linked zoom; dark = kept, light = pruned."""
+def mask_images_figure(masks: Mapping[str, np.ndarray], *,
+                       title: str = "kept fraction per block (fixed scale 0–1; outline = the zoomed tile)",
+                       max_side: int = MAX_SIDE, tile: Tile | None = None) -> go.Figure:
+    """Side-by-side block-averaged keep-mask images with linked zoom, and ``tile`` outlined on each."""
     if not masks:
         return note_figure(title, "pick runs, a layer and a linear", 420)
     domains = side_by_side(len(masks))
@@ -74,8 +81,13 @@ def mask_images_figure(masks: Mapping[str, np.ndarray], *, title: str = "keep-ma
     for index, (label, mask) in enumerate(masks.items(), 1):
         image, block = downsample(mask, max_side)
         data.append(_image(image, block, index, colorscale=KEPT_SCALE, zmin=0, zmax=1, name=label,
-                           showscale=index == len(masks), colorbar={"title": {"text": "kept"}}))
+                           showscale=index == len(masks), colorbar={"title": {"text": "kept<br>fraction"}}))
         suffix = str(index) if index > 1 else ""
+        if tile is not None:  # cell centres sit at multiples of the block size: outline the tile's weights
+            layout.setdefault("shapes", []).append(
+                {"type": "rect", "xref": f"x{suffix}", "yref": f"y{suffix}", "x0": tile.col - block[1] / 2,
+                 "x1": tile.col + tile.cols - block[1] / 2, "y0": tile.row - block[0] / 2,
+                 "y1": tile.row + tile.rows - block[0] / 2, "line": {"color": "#ff2d55", "width": 2}})
         layout[f"xaxis{suffix}"] = {"domain": domains[index - 1], "anchor": f"y{suffix}", "title": {"text": "input"},
                                     **({"matches": "x"} if index > 1 else {})}
         layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}", "autorange": "reversed",
@@ -100,17 +112,31 @@ def mask_difference_figure(a: np.ndarray, b: np.ndarray, labels: tuple[str, str]
     return figure([trace], layout)
 
 
-def overlap_figure(rows: Sequence[Mapping[str, Any]], *, title: str = "overlap with the first run") -> go.Figure:
-    """Grouped bars of IoU, Hamming distance and n:m group agreement per pair of runs."""
+def _chance(row: Mapping[str, Any]) -> float:
+    """The row's chance IoU, from its two sparsities when the row does not carry it."""
+    if "chance_iou" in row:
+        return float(row["chance_iou"])
+    return chance_iou(1 - float(row["sparsity_a"]), 1 - float(row["sparsity_b"]))
+
+
+def overlap_figure(rows: Sequence[Mapping[str, Any]], *, title: str = "IoU of kept weights with the first run",
+                   unit: str = "weights") -> go.Figure:
+    """Bars per pair of runs: the IoU of the kept ``unit`` and, beside it, its chance baseline.
+
+    The baseline is the IoU two independent random masks with the same kept fractions p, q
+    would have, pq / (p + q − pq) (:func:`toolkit.compare.chance_iou`); IoU above it means the
+    two runs choose the same weights more often than chance.
+    """
     if not rows:
         return note_figure(title, "pick two or more runs")
     pairs = [str(r["pair"]) for r in rows]
-    data = []
-    for index, (key, label) in enumerate(METRICS):
-        values = gaps([r[key] for r in rows])
-        data.append({"type": "bar", "x": pairs, "y": values, "name": label, "marker": {"color": PALETTE[index]},
-                     "text": [f"{v:.3f}" if v is not None else "n/a" for v in values], "textposition": "outside"})
-    layout = base_layout(title, barmode="group", yaxis={"range": [0, 1.12], "title": {"text": "fraction"}})
+    measured, chance = [float(r["iou"]) for r in rows], [_chance(r) for r in rows]
+    data = [{"type": "bar", "x": pairs, "y": measured, "name": f"IoU of kept {unit}", "marker": {"color": PALETTE[0]},
+             "text": [f"{v:.3f}" for v in measured], "textposition": "outside"},
+            {"type": "bar", "x": pairs, "y": chance, "name": CHANCE_LEGEND, "marker": {"color": CHANCE_COLOR},
+             "text": [f"{v:.3f}" for v in chance], "textposition": "outside"}]
+    layout = base_layout(title, barmode="group", yaxis={"range": [0, 1.12], "title": {"text": "IoU"}},
+                         legend={"orientation": "h", "y": -0.25})
     return figure(data, layout)
 
 
@@ -136,8 +162,12 @@ def sparsity_histograms(masks: Mapping[str, np.ndarray], *, bins: int = 30) -> g
 
 
 def all_linears_overlap_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
-    """IoU, Hamming and group agreement for every linear of the model (x: layer · linear)."""
-    title = "overlap with the first run, every linear"
+    """IoU of kept weights for every linear of the model (x: layer · linear), each pair with its chance line.
+
+    Solid: the measured IoU against the first run; dotted, same colour: the IoU two random masks
+    with those kept fractions would have, pq / (p + q − pq).
+    """
+    title = "IoU of kept weights with the first run, every linear (dotted: chance)"
     if not rows:
         return note_figure(title, "pick two or more runs")
     keys = list(dict.fromkeys((int(r["layer"]), str(r["name"])) for r in rows))
@@ -148,17 +178,14 @@ def all_linears_overlap_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     data = []
     for index, pair in enumerate(pairs):
         mine = {(int(r["layer"]), str(r["name"])): r for r in rows if str(r["pair"]) == pair}
-        for panel, (key, _) in enumerate(METRICS, 1):
-            data.append({"type": "scatter", "mode": "lines+markers", "marker": {"size": 5}, "name": pair,
-                         "legendgroup": pair, "showlegend": panel == 1, "x": ticks,
-                         "y": gaps([mine[k][key] if k in mine else None for k in keys]),
-                         "line": {"color": PALETTE[index % len(PALETTE)]}, "xaxis": "x",
-                         "yaxis": f"y{panel if panel > 1 else ''}"})
-    domains = stacked(3, 0.06)
-    layout = base_layout(title, 580, margin={"l": 60, "r": 20, "t": 64, "b": 90},
-                         xaxis={"anchor": "y3", "tickangle": -60},
-                         annotations=[panel_title(label, 0.5, domain[1])
-                                      for (_, label), domain in zip(METRICS, domains, strict=True)])
-    for panel, domain in enumerate(domains, 1):
-        layout[f"yaxis{panel if panel > 1 else ''}"] = {"domain": domain, "range": [-0.02, 1.02]}
+        color = PALETTE[index % len(PALETTE)]
+        data.append({"type": "scatter", "mode": "lines+markers", "marker": {"size": 5}, "name": f"IoU {pair}",
+                     "x": ticks, "y": gaps([mine[k]["iou"] if k in mine else None for k in keys]),
+                     "line": {"color": color}})
+        data.append({"type": "scatter", "mode": "lines", "name": f"{CHANCE_LEGEND} ({pair})", "x": ticks,
+                     "y": gaps([_chance(mine[k]) if k in mine else None for k in keys]),
+                     "line": {"color": color, "dash": "dot"}})
+    layout = base_layout(title, 460, margin={"l": 60, "r": 20, "t": 64, "b": 90},
+                         xaxis={"tickangle": -60}, yaxis={"range": [-0.02, 1.02], "title": {"text": "IoU"}},
+                         legend={"orientation": "h", "y": -0.45})
     return figure(data, layout)
