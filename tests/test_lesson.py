@@ -76,3 +76,17 @@ def test_walkthrough_numbers_come_from_the_runs():
     assert "drops ×33 from layer 11 to layer 12 in every run" in text and "property of the model" in text
     assert "never needed sparsity before rounding" in text
     assert chance_iou(0.5) == pytest.approx(1 / 3)
+
+
+def test_the_benchmark_times_the_reuse_path_and_refuses_an_incomplete_store(tmp_path: Path, capsys):
+    import json
+
+    from benchmarks.bench_lesson import main
+
+    assert main(["--runs", str(tmp_path), "--model", "tiny-llama"]) == 2
+    assert "lacks the lesson runs of magnitude, wanda, sparsegpt, fista" in capsys.readouterr().err
+    for index, config in enumerate(lesson.lesson_configs("tiny-llama", str(tmp_path))):
+        write_run(tmp_path, config.to_dict(), seed=index)
+    assert main(["--runs", str(tmp_path), "--model", "tiny-llama"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert set(line["reused"]) == set(lesson.METHODS) and 0 < line["seconds"] < 30
