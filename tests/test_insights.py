@@ -57,9 +57,10 @@ def test_no_jump_gives_no_sentence():
     assert describe_layer_jumps({"a": _errors(3, 2.0), "b": _errors(3, 1.0)}) == ""
 
 
-def _step(round_: int, ratio: float, before: float, lam: float, layer: int = 0, name: str = "q") -> LambdaStep:
+def _step(round_: int, ratio: float, before: float, lam: float, layer: int = 0, name: str = "q",
+          improved: bool = True) -> LambdaStep:
     return LambdaStep(layer=layer, name=name, round=round_, lam=lam, lam_low=0.0, lam_high=1e6, e_total=1.0,
-                      e_round=ratio, ratio=ratio, xi=0.3, sparsity_before_rounding=before, improved=True)
+                      e_round=ratio, ratio=ratio, xi=0.3, sparsity_before_rounding=before, improved=improved)
 
 
 def test_a_bisection_that_never_raised_lambda_says_so():
@@ -76,7 +77,14 @@ def test_a_bisection_where_l1_zeroed_weights_says_it_engaged():
     summary = lambda_summary(steps)
     assert summary is not None and summary.raised == 1 and summary.engaged
     assert summary.max_sparsity_before_rounding == pytest.approx(0.42)
-    assert "engaged: up to 42.0%" in describe_lambda(summary)
+    assert "engaged: up to 42.0%" in describe_lambda(summary) and "improved the error had 42.0%" in \
+        describe_lambda(summary)
+
+
+def test_an_l1_that_zeroed_everything_in_rounds_that_did_not_improve_chose_no_mask():
+    steps = [_step(0, 0.9, 0.0, 1e-5), _step(1, 0.95, 1.0, 5e5, improved=False)]
+    text = describe_lambda(lambda_summary(steps))
+    assert "up to 100.0% zeros before rounding" in text and "no round with a sparse FISTA solution improved" in text
 
 
 def test_raised_but_never_sparse_is_its_own_case():

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from toolkit.events import LambdaStep
 
-JUMP_FACTOR = 10.0  # a change of the layer output error by at least this factor between two layers is worth a word
+JUMP_FACTOR = 5.0  # a change of the layer output error by at least this factor between two layers is worth a word
 ENGAGED = 0.01  # FISTA's solution counts as sparse before rounding above this fraction of exact zeros
 
 
@@ -108,6 +108,7 @@ class LambdaSummary:
     raised: int  # rounds with E_round / E_total > ξ: the bisection asked for more sparsity before rounding
     max_sparsity_before_rounding: float
     mean_sparsity_before_rounding: float
+    kept_sparsity_before_rounding: float  # the sparsest FISTA solution among rounds that improved the best error
     lam_min: float
     lam_max: float
     xi: float
@@ -129,6 +130,9 @@ def lambda_summary(steps: Sequence[LambdaStep]) -> LambdaSummary | None:
         raised=sum(1 for s in steps if math.isfinite(s.ratio) and s.ratio > s.xi),
         max_sparsity_before_rounding=max(before, default=math.nan),
         mean_sparsity_before_rounding=sum(before) / len(before) if before else math.nan,
+        kept_sparsity_before_rounding=max((s.sparsity_before_rounding for s in steps
+                                           if s.improved and math.isfinite(s.sparsity_before_rounding)),
+                                          default=math.nan),
         lam_min=min(lams, default=math.nan), lam_max=max(lams, default=math.nan), xi=steps[0].xi)
 
 
@@ -148,5 +152,11 @@ def describe_lambda(summary: LambdaSummary | None) -> str:
         return head + ("λ was raised, but FISTA's solution still had at most "
                        f"{summary.max_sparsity_before_rounding:.1%} zeros before rounding: λ/L stayed too small "
                        "against the weights for the soft-threshold to zero them.")
-    return head + (f"The ℓ1 term engaged: up to {summary.max_sparsity_before_rounding:.1%} of the weights were "
-                   "already zero before rounding, so the mask is partly FISTA's own choice.")
+    kept = summary.kept_sparsity_before_rounding
+    if math.isfinite(kept) and kept > ENGAGED:
+        return head + (f"The ℓ1 term engaged: up to {summary.max_sparsity_before_rounding:.1%} of the weights were "
+                       f"already zero before rounding, and a round that improved the error had {kept:.1%}, so the "
+                       "mask is partly FISTA's own choice.")
+    return head + (f"The ℓ1 term engaged (up to {summary.max_sparsity_before_rounding:.1%} zeros before rounding), "
+                   "but no round with a sparse FISTA solution improved the error: the kept solutions came from "
+                   "rounds where λ was small, and the magnitude rounding chose the mask.")
