@@ -9,8 +9,12 @@ run's events, and the Lesson tab prints it under these texts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
 from typing import Any
+
+from toolkit.events import Event, LambdaStep, LayerDone
+from toolkit.insights import describe_lambda, describe_layer_jumps, lambda_summary
 
 TITLE = "How to read this"
 
@@ -125,6 +129,19 @@ TEXTS: dict[Plot, str] = {
 def text(plot: Plot) -> str:
     """The explanation of ``plot`` (markdown)."""
     return TEXTS[plot]
+
+
+def annotated(plot: Plot, note: str) -> str:
+    """The explanation of ``plot`` followed by what a run's data shows (``note``, from :mod:`toolkit.insights`)."""
+    return TEXTS[plot] + (f"\n\n**In this run**: {note}" if note else "")
+
+
+def run_notes(events: Sequence[Event]) -> dict[Plot, str]:
+    """The layer-error and λ explanations annotated with what ``events`` (one run) show."""
+    errors = [e.output_rel_error for e in events if isinstance(e, LayerDone)]
+    lambdas = [e for e in events if isinstance(e, LambdaStep)]
+    return {Plot.LAYERS: annotated(Plot.LAYERS, describe_layer_jumps({"run": errors})),
+            Plot.LAMBDA: annotated(Plot.LAMBDA, describe_lambda(lambda_summary(lambdas)))}
 
 
 def accordions(gr: Any, prefix: str, *plots: Plot, extra: dict[Plot, str] | None = None) -> dict[Plot, Any]:

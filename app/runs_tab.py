@@ -92,6 +92,8 @@ def replay_view(run_id: str, runs_dir: str) -> dict[str, Any]:
         update["notice"] = f"run {run_id} is damaged: {record.error}"
     traces = [f"{layer} · {name}" for layer, name in traced_linears(events)]
     update["traces"] = traces
+    found = howto.run_notes(events)
+    update["howto_layers"], update["howto_lambda"] = found[Plot.LAYERS], found[Plot.LAMBDA]
     return update
 
 
@@ -119,12 +121,12 @@ def build(gr: Any, *, runs_dir: str) -> dict[str, Any]:
     with gr.Row():
         heatmap = gr.Plot(show_label=False, elem_id="runs-heatmap")
         layers = gr.Plot(show_label=False)
-    howto.accordions(gr, "runs", Plot.HEATMAP, Plot.LAYERS)
+    notes = howto.accordions(gr, "runs", Plot.HEATMAP, Plot.LAYERS)
     trace = gr.Dropdown(choices=[], label="Solver trace of linear", elem_id="runs-trace")
     with gr.Row():
         solver = gr.Plot(show_label=False)
         lam = gr.Plot(show_label=False)
-    howto.accordions(gr, "runs", Plot.CONVERGENCE, Plot.LAMBDA)
+    notes.update(howto.accordions(gr, "runs", Plot.CONVERGENCE, Plot.LAMBDA))
     with gr.Row():
         ranking = gr.Plot(show_label=False, elem_id="runs-ranking")
         kept = gr.Plot(show_label=False, elem_id="runs-kept")
@@ -133,7 +135,8 @@ def build(gr: Any, *, runs_dir: str) -> dict[str, Any]:
     result = gr.Markdown()
     generations = gr.HTML(elem_id="runs-generations")
     outputs = {"status": status, "heatmap": heatmap, "layers": layers, "solver": solver, "lambda": lam,
-               "ranking": ranking, "kept": kept, "warnings": warnings, "result": result, "generations": generations}
+               "ranking": ranking, "kept": kept, "warnings": warnings, "result": result, "generations": generations,
+               "howto_layers": notes[Plot.LAYERS], "howto_lambda": notes[Plot.LAMBDA]}
 
     def on_refresh() -> list[Any]:
         found = runs_table(runs_dir)
