@@ -112,7 +112,7 @@ def lesson_stream(model: str, runs_dir: str, cancel: CancelToken | None = None) 
     seconds = time.monotonic() - start
     note = f"; did not finish: {why}" if why else ""
     yield {**material_update(material),
-           "status": f"**✓ lesson ready** in {format_seconds(seconds)} ({len(records)} runs{note})."}
+           "status": f"**✓ lesson ready** in {format_seconds(seconds, tenths=True)} ({len(records)} runs{note})."}
 
 
 def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:

@@ -46,6 +46,15 @@ def test_a_jump_shared_by_every_method_is_called_a_property_of_the_model():
     assert "drops ×" in text
 
 
+def test_jumps_one_layer_apart_in_different_runs_are_the_same_place():
+    runs = {"magnitude": _errors(11, 9.0), "sparsegpt": _errors(10, 7.0), "far": _errors(10, 8.0)}
+    text = describe_layer_jumps(runs)
+    assert text.startswith("The layer output error drops sharply between layers 10 and 12 in every run (magnitude ×9")
+    assert "sparsegpt ×7 after layer 10" in text and "property of the model" in text
+    apart = describe_layer_jumps({"a": _errors(11, 9.0), "b": _errors(5, 9.0)})
+    assert "property of the model" not in apart and "a: drop ×" in apart and "b: drop ×" in apart
+
+
 def test_a_jump_of_one_method_only_is_attributed_to_it():
     runs = {"magnitude": _errors(11, 30.0), "wanda": _errors(11, 1.0)}
     text = describe_layer_jumps(runs)

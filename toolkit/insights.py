@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from toolkit.events import LambdaStep
 
 JUMP_FACTOR = 5.0  # a change of the layer output error by at least this factor between two layers is worth a word
+NEAR = 1  # jumps of different runs at most this many layers apart are the same place in the model
 ENGAGED = 0.01  # FISTA's solution counts as sparse before rounding above this fraction of exact zeros
 
 
@@ -68,31 +69,56 @@ def _usable(value: float) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
-def describe_layer_jumps(errors_by_run: Mapping[str, Sequence[float]], factor: float = JUMP_FACTOR) -> str:
+def _clusters(jumps: Mapping[str, Sequence[Jump]], near: int) -> list[tuple[str, int, int]]:
+    """(direction, first layer, last layer) of the jumps of all runs, grouped when at most ``near`` layers apart."""
+    out: list[tuple[str, int, int]] = []
+    for direction in ("drop", "rise"):
+        for layer in sorted({j.layer for found in jumps.values() for j in found if j.direction == direction}):
+            if out and out[-1][0] == direction and layer - out[-1][2] <= near:
+                out[-1] = (direction, out[-1][1], layer)
+            else:
+                out.append((direction, layer, layer))
+    return out
+
+
+def describe_layer_jumps(errors_by_run: Mapping[str, Sequence[float]], factor: float = JUMP_FACTOR,
+                         near: int = NEAR) -> str:
     """One or two sentences on the large jumps of the layer output error, for one run or several.
 
-    When every run (at least two) has a jump between the same two layers in the same direction, the
-    sentence says it is the model's doing, not the method's. Returns "" when no run has a jump.
+    Jumps of different runs at most ``near`` layers apart count as the same place. When every run
+    (at least two) jumps at the same place in the same direction, the sentence says it is the
+    model's doing, not the method's. Returns "" when no run has a jump.
     """
     jumps = {label: layer_error_jumps(errors, factor) for label, errors in errors_by_run.items()}
     if not any(jumps.values()):
         return ""
-    shared = set.intersection(*({(j.layer, j.direction) for j in found} for found in jumps.values()))
-    sentences = []
-    for layer, direction in sorted(shared):
-        sizes = [j.factor for found in jumps.values() for j in found if (j.layer, j.direction) == (layer, direction)]
-        low, high = min(sizes), max(sizes)
-        span = f"×{low:.0f}" if round(low) == round(high) else f"×{low:.0f}–×{high:.0f}"
-        subject = "every run" if len(jumps) > 1 else "this run"
-        sentences.append(f"The layer output error {'drops' if direction == 'drop' else 'rises'} {span} from layer "
-                         f"{layer} to layer {layer + 1} in {subject}.")
-    if shared and len(jumps) > 1:
+    sentences, shared_jumps = [], set()
+    subject = "every run" if len(jumps) > 1 else "this run"
+    for direction, first, last in _clusters(jumps, near):
+        members = {label: [j for j in found if j.direction == direction and first <= j.layer <= last]
+                   for label, found in jumps.items()}
+        if not all(members.values()):
+            continue
+        shared_jumps.update((label, j.layer) for label, found in members.items() for j in found)
+        verb = "drops" if direction == "drop" else "rises"
+        sizes = [j.factor for found in members.values() for j in found]
+        if first == last:
+            low, high = min(sizes), max(sizes)
+            span = f"×{low:.0f}" if round(low) == round(high) else f"×{low:.0f}–×{high:.0f}"
+            sentences.append(f"The layer output error {verb} {span} from layer {first} to layer {last + 1} in "
+                             f"{subject}.")
+        else:
+            each = ", ".join(f"{label} ×{j.factor:.0f} after layer {j.layer}"
+                             for label, found in members.items() for j in found)
+            sentences.append(f"The layer output error {verb} sharply between layers {first} and {last + 1} in "
+                             f"{subject} ({each}).")
+    if shared_jumps and len(jumps) > 1:
         sentences.append("Since every method shows it, it is a property of the model, not of the pruning: "
                          "the error is relative to the layer's output, and where the residual stream grows "
                          "(a few very large hidden-state values) the same absolute damage is a much smaller "
                          "fraction of it.")
     for label, found in jumps.items():
-        own = [j for j in found if (j.layer, j.direction) not in shared]
+        own = [j for j in found if (label, j.layer) not in shared_jumps]
         if own:
             listed = ", ".join(f"{j.direction} ×{j.factor:.0f} after layer {j.layer}" for j in own)
             sentences.append(f"{label}: {listed}.")
