@@ -24,7 +24,7 @@ def test_an_empty_store_plans_every_run_with_the_stated_estimate(tmp_path: Path,
     assert [c.method for c in plan.to_run] == list(two_methods)
     assert plan.total_seconds == lesson.STATED_SECONDS["magnitude"] + lesson.STATED_SECONDS["wanda"]
     text = plan_markdown("tiny-llama", str(tmp_path))
-    assert "To run: magnitude ≈ 2 min, Wanda ≈ 2 min; about **4 min** in all" in text
+    assert "To run: magnitude ≈ 2 min, Wanda ≈ 8 min; about **10 min** in all" in text
     assert "Reused" not in text
 
 
