@@ -90,3 +90,14 @@ def test_the_benchmark_times_the_reuse_path_and_refuses_an_incomplete_store(tmp_
     assert main(["--runs", str(tmp_path), "--model", "tiny-llama"]) == 0
     line = json.loads(capsys.readouterr().out)
     assert set(line["reused"]) == set(lesson.METHODS) and 0 < line["seconds"] < 30
+
+
+def test_the_lesson_figures_and_notes_load_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, toolkit.lesson_view, toolkit.viz_lesson, toolkit.insights, app.howto; "
+            "print('torch' in sys.modules)")
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -7,7 +7,7 @@ model + method + sparsity + protocol (:meth:`RunConfig.reuse_key`), and estimate
 missing ones will take (:func:`estimate_seconds`); :func:`run_lesson` runs only those.
 :func:`toolkit.lesson_view.lesson_material` then reads the four runs back for the figures.
 
-Importing this module does not import torch (the app imports it).
+It goes through :mod:`toolkit.api` only, as the app does.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from dataclasses import dataclass, field, replace
 
 from toolkit.api import CancelToken, RunConfig, find_finished, list_runs
 from toolkit.events import Event
+from toolkit.lesson_view import LABELS
 from toolkit.runs import RunRecord
 from toolkit.sparsity import Unstructured
 from toolkit.sweep import SweepPoint, run_sweep
 
 METHODS = ("magnitude", "wanda", "sparsegpt", "fista")
-LABELS = {"magnitude": "magnitude", "wanda": "Wanda", "sparsegpt": "SparseGPT", "fista": "FISTAPruner"}
 SPARSITY = 0.5
 # Wall seconds of one quick-protocol run of the embedded model on 1 CPU thread (load, calibration, pruning,
 # dense and pruned perplexity, generations), measured once with `python -m toolkit prune ... --threads 1` on a

@@ -19,8 +19,9 @@ from toolkit.compare import iou
 from toolkit.compare import sparsity as mask_sparsity
 from toolkit.events import LambdaStep, LayerDone, RunStarted, SublayerPruned
 from toolkit.insights import describe_lambda, describe_layer_jumps, lambda_summary
-from toolkit.lesson import LABELS
 from toolkit.runs import RunRecord
+
+LABELS = {"magnitude": "magnitude", "wanda": "Wanda", "sparsegpt": "SparseGPT", "fista": "FISTAPruner"}
 
 
 @dataclass
