@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from toolkit.api import CancelToken, RunConfig, find_finished, list_runs
 from toolkit.events import Event
@@ -124,4 +124,4 @@ def run_lesson(plan: LessonPlan, cancel: CancelToken | None = None) -> Iterator[
     Reused runs yield nothing here. A run that fails gives a point with status "failed" and the lesson
     goes on; cancelling ends it (runs already finished stay in the store and are reused next time).
     """
-    return run_sweep([replace(c) for c in plan.to_run], cancel)
+    return run_sweep(plan.to_run, cancel)
