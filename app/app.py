@@ -1,4 +1,4 @@
-"""The PruneLab dashboard: a Gradio Blocks app with four tabs (Run, Sweep, Compare masks, Runs).
+"""The PruneLab dashboard: a Gradio Blocks app with five tabs (Run, Sweep, Compare masks, Runs, Lesson).
 
 ``build_app()`` only lays out and wires components (each tab's logic lives in its module as plain
 functions the tests drive); ``python -m app`` or ``python app/app.py`` launches it on localhost.
@@ -14,13 +14,14 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python app/app.py`: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app import compare_tab, run_tab, runs_tab, sweep_tab
+from app import compare_tab, lesson_tab, run_tab, runs_tab, sweep_tab
 from app.controls import checked_by_forms
 from app.jobs import SESSIONS
 
 TITLE = "PruneLab: post-training pruning of LLMs"
 INTRO = ("Prune a language model layer by layer and watch it happen: **Run** one method, **Sweep** methods × "
-         "sparsities into perplexity curves, **Compare** the masks two runs chose, and browse past **Runs**.")
+         "sparsities into perplexity curves, **Compare** the masks two runs chose, browse past **Runs**, and "
+         "see four methods side by side in the **Lesson**.")
 CSS = (".plot-container { min-height: 0 !important; } footer { display: none !important; } "
        "#run-actions { position: sticky; top: 0; bottom: 0; z-index: 20; background: var(--background-fill-primary); } "
        ".gradio-container { overflow: clip !important; }")  # clip, unlike hidden, lets #run-actions stick
@@ -43,8 +44,11 @@ def build_app(default_model: str = "smollm2-135m", runs_dir: str = "runs"):  # n
                 compare = compare_tab.build(gr, runs_dir=runs_dir, history=history)
             with gr.Tab("Runs", id="runs") as runs_page:
                 runs = runs_tab.build(gr, runs_dir=runs_dir)
+            with gr.Tab("Lesson", id="lesson") as lesson_page:
+                lesson = lesson_tab.build(gr, default_model=default_model, runs_dir=runs_dir)
         compare_page.select(compare["refresh"], inputs=history, outputs=compare["runs"])
         runs_page.select(runs["refresh"], outputs=runs["outputs"])
+        lesson_page.select(lesson["refresh"], outputs=lesson["plan"])
 
         def on_unload(request: gr.Request) -> None:
             SESSIONS.close_session(run_tab.session_of(request))

@@ -18,6 +18,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from app import howto
+from app.howto import Plot
 from toolkit import compare, compare_structure, mask_diff, viz, viz_mask_tiles, viz_masks, viz_structure
 from toolkit.api import list_runs, open_run
 from toolkit.errors import ToolkitError
@@ -188,11 +190,15 @@ def build(gr: Any, *, runs_dir: str, history: Any) -> dict[str, Any]:
     message = gr.Markdown("Pick two or more finished runs of one model.", elem_id="compare-message")
     masks = gr.Plot(show_label=False, elem_id="compare-masks")
     tile = gr.Plot(show_label=False, elem_id="compare-tile")
+    howto.accordions(gr, "compare", Plot.MASKS)
     with gr.Row():
         difference = gr.Plot(show_label=False, elem_id="compare-difference", scale=3)
         overlap = gr.Plot(show_label=False, elem_id="compare-overlap", scale=2)
+    howto.accordions(gr, "compare", Plot.DIFFERENCE, Plot.OVERLAP)
     histograms = gr.Plot(show_label=False, elem_id="compare-histograms")
+    howto.accordions(gr, "compare", Plot.HISTOGRAMS)
     all_linears = gr.Plot(show_label=False, elem_id="compare-all")
+    howto.accordions(gr, "compare", Plot.ALL_LINEARS)
     outputs = {"message": message, "masks": masks, "tile": tile, "difference": difference, "overlap": overlap,
                "histograms": histograms, "all_linears": all_linears}
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from app import forms, views
+from app import forms, howto, views
+from app.howto import Plot
 from app.jobs import DONE, SESSIONS, Job, device_queue
 from toolkit.api import RunConfig, open_run, run
 from toolkit.errors import ToolkitError
@@ -283,12 +284,15 @@ def _outputs(gr: Any) -> dict[str, Any]:
     with gr.Row():
         heatmap = gr.Plot(views.figure(idle, "heatmap"), show_label=False, elem_id="run-heatmap")
         layers = gr.Plot(views.figure(idle, "layers"), show_label=False, elem_id="run-layers")
+    howto.accordions(gr, "run", Plot.HEATMAP, Plot.LAYERS)
     with gr.Row():
         solver = gr.Plot(views.figure(idle, "solver"), show_label=False, elem_id="run-solver", visible=False)
         lam = gr.Plot(views.figure(idle, "lambda"), show_label=False, elem_id="run-lambda", visible=False)
+    howto.accordions(gr, "run", Plot.CONVERGENCE, Plot.LAMBDA)
     with gr.Row():  # structured runs: which heads and channels the global ranking removed
         ranking = gr.Plot(views.figure(idle, "ranking"), show_label=False, elem_id="run-ranking")
         kept = gr.Plot(views.figure(idle, "kept"), show_label=False, elem_id="run-kept")
+    howto.accordions(gr, "run", Plot.RANKING, Plot.KEPT)
     warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False, elem_id="run-warnings")
     result = gr.Markdown(elem_id="run-result")
     generations = gr.HTML(elem_id="run-generations")

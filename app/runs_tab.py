@@ -10,7 +10,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from app import views
+from app import howto, views
+from app.howto import Plot
 from toolkit.api import list_runs, open_run
 from toolkit.errors import ToolkitError
 from toolkit.live import fold, settle, trace_for, traced_linears
@@ -93,6 +94,8 @@ def replay_view(run_id: str, runs_dir: str) -> dict[str, Any]:
         update["notice"] = f"run {run_id} is damaged: {record.error}"
     traces = [f"{layer} · {name}" for layer, name in traced_linears(events)]
     update["traces"] = traces
+    found = howto.run_notes(events)
+    update["howto_layers"], update["howto_lambda"] = found[Plot.LAYERS], found[Plot.LAMBDA]
     return update
 
 
@@ -120,18 +123,22 @@ def build(gr: Any, *, runs_dir: str) -> dict[str, Any]:
     with gr.Row():
         heatmap = gr.Plot(show_label=False, elem_id="runs-heatmap")
         layers = gr.Plot(show_label=False)
+    notes = howto.accordions(gr, "runs", Plot.HEATMAP, Plot.LAYERS)
     trace = gr.Dropdown(choices=[], label="Solver trace of linear", elem_id="runs-trace")
     with gr.Row():
         solver = gr.Plot(show_label=False)
         lam = gr.Plot(show_label=False)
+    notes.update(howto.accordions(gr, "runs", Plot.CONVERGENCE, Plot.LAMBDA))
     with gr.Row():
         ranking = gr.Plot(show_label=False, elem_id="runs-ranking")
         kept = gr.Plot(show_label=False, elem_id="runs-kept")
+    howto.accordions(gr, "runs", Plot.RANKING, Plot.KEPT)
     warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False)
     result = gr.Markdown()
     generations = gr.HTML(elem_id="runs-generations")
     outputs = {"status": status, "heatmap": heatmap, "layers": layers, "solver": solver, "lambda": lam,
-               "ranking": ranking, "kept": kept, "warnings": warnings, "result": result, "generations": generations}
+               "ranking": ranking, "kept": kept, "warnings": warnings, "result": result, "generations": generations,
+               "howto_layers": notes[Plot.LAYERS], "howto_lambda": notes[Plot.LAMBDA]}
 
     def on_refresh() -> list[Any]:
         found = runs_table(runs_dir)

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app import forms
+from app import forms, howto
+from app.howto import Plot
 from app.jobs import DONE, SESSIONS, Job, device_queue
 from app.run_tab import PERIOD, _wait_turn, error_status, session_of
 from toolkit import viz_quant, viz_sweep
@@ -184,7 +185,9 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
                 curve = gr.Plot(viz_sweep.sweep_figure([]), show_label=False, elem_id="sweep-curve")
                 accuracy = gr.Plot(viz_sweep.sweep_figure([], title="mean zero-shot accuracy vs sparsity",
                                                     metric="accuracy"), show_label=False, elem_id="sweep-accuracy")
+            howto.accordions(gr, "sweep", Plot.SWEEP, Plot.ACCURACY)
             bits_curve = gr.Plot(viz_quant.bits_figure([]), show_label=False, elem_id="sweep-bits-curve")
+            howto.accordions(gr, "sweep", Plot.BITS)
             results = gr.Dataframe(headers=list(COLUMNS), value=[], interactive=False, label="Results",
                                    elem_id="sweep-table")
             csv = gr.File(label="Results as CSV", interactive=False, elem_id="sweep-csv")

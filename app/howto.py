@@ -1,0 +1,163 @@
+""""How to read this": a short explanation beside every plot of the dashboard (no torch, no Gradio at import).
+
+One text per kind of plot (:class:`Plot`): what the axes are, what good looks like, and what the
+methods do differently. :func:`accordions` lays them out as collapsed accordions in a row under a
+row of plots, one under each. What a particular run shows (a jump of the layer error, whether
+FISTAPruner's ℓ1 term engaged) is not written here: :mod:`toolkit.insights` computes it from the
+run's events, and the Lesson tab prints it under these texts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import Enum
+from typing import Any
+
+from toolkit.events import Event, LambdaStep, LayerDone
+from toolkit.insights import describe_lambda, describe_layer_jumps, lambda_summary
+
+TITLE = "How to read this"
+
+
+class Plot(str, Enum):
+    """Every kind of plot the dashboard draws (the key of its explanation)."""
+
+    HEATMAP = "heatmap"
+    LAYERS = "layers"
+    CONVERGENCE = "convergence"
+    LAMBDA = "lambda"
+    SWEEP = "sweep"
+    ACCURACY = "accuracy"
+    BITS = "bits"
+    MASKS = "masks"
+    DIFFERENCE = "difference"
+    OVERLAP = "overlap"
+    HISTOGRAMS = "histograms"
+    ALL_LINEARS = "all_linears"
+    RANKING = "ranking"
+    KEPT = "kept"
+    PERPLEXITY = "perplexity"
+
+
+TEXTS: dict[Plot, str] = {
+    Plot.HEATMAP: (
+        "**Axes**: rows are decoder layers (0 at the top), columns the linears of a layer in the order they are "
+        "pruned (q, k, v, o, gate, up, down). **Colour**: the relative reconstruction error ‖ΔW·X‖/‖W·X‖ of that "
+        "linear on its calibration inputs, log scale with fixed bounds 10⁻⁴…1, so two runs can be compared by eye.\n\n"
+        "**Good** is dark (small error) everywhere. **Methods**: magnitude ignores the inputs, so linears fed by "
+        "a few large input features (often v, up, down) come out bright; Wanda weighs |W| by the input norms "
+        "‖X_j‖ and is darker there; SparseGPT also updates the kept weights (an OBS solve with the Hessian XXᵀ), "
+        "and FISTAPruner refines that solution further, so they are the darkest."),
+    Plot.LAYERS: (
+        "**Axes**: decoder layer (x) against the layer's output error ‖f̂(x) − f(x)‖/‖f(x)‖ (y): the pruned "
+        "layer's output compared with the dense layer's on the same inputs.\n\n"
+        "**Good** is low and flat. A sudden drop or rise between two layers that every method shows is the "
+        "model's doing, not the method's: the error is relative to the layer's output, and where the residual "
+        "stream becomes much larger the same absolute damage is a much smaller fraction of it. Compare methods "
+        "by the height of the curve, not by its shape."),
+    Plot.CONVERGENCE: (
+        "**Axes**: iteration (x) against the solver's objective (y, log when positive), for the linear being "
+        "solved; marker colour is FISTAPruner's outer round. For Thanos, bars of the error each column block "
+        "added; for a structured run, the Newton steps of each layer.\n\n"
+        "**Good**: the objective ½‖W*X* − WX‖² + λ‖W*‖₁ falls within each round and the rounds start lower and "
+        "lower. A jump at the start of a round is λ changing, not divergence. Magnitude, Wanda and SparseGPT "
+        "have no iterative solver, so this panel stays hidden for them."),
+    Plot.LAMBDA: (
+        "**FISTAPruner's λ bisection**, one linear, x = outer round. Top: λ between its bounds [λ_low, λ_high] "
+        "(log). Middle: E_round/E_total, the share of the error that rounding to the target sparsity caused, "
+        "against the threshold ξ (0.3): above ξ the bisection raises λ to make FISTA's solution sparser before "
+        "rounding; below it, λ goes down to favour a small output error. Bottom: the fraction of weights already "
+        "zero before rounding (0…100%).\n\n"
+        "**Read it as**: if the middle panel stays under ξ, the ℓ1 term never had to do the pruning: FISTA "
+        "refined the warm start (SparseGPT by default) as a least-squares solve and the magnitude rounding chose "
+        "the mask. Filled markers are rounds that improved the best error."),
+    Plot.SWEEP: (
+        "**Axes**: sparsity (x) against perplexity on the evaluation text (y, log); one line per method and "
+        "pattern (unstructured, n:m), the dashed line is the dense model.\n\n"
+        "**Good** is a line that stays near the dense line to high sparsity. All methods agree at low sparsity; "
+        "they separate above ~40%, where magnitude blows up first, Wanda holds longer, and the methods that "
+        "update the kept weights (SparseGPT, FISTAPruner, Thanos) hold longest. n:m points sit above the "
+        "unstructured point of the same sparsity: the pattern constrains which weights can go."),
+    Plot.ACCURACY: (
+        "**Axes**: sparsity (x) against the mean zero-shot accuracy over the chosen tasks (y); dashed = dense. "
+        "**Good** stays near the dense line. Accuracy moves in steps of 1/examples and chance level is often "
+        "25–50%, so small differences at a low task limit are noise; perplexity is the finer measure."),
+    Plot.BITS: (
+        "**Quantization**: bits per weight (x, scales and zero points counted) against perplexity (y, log); one "
+        "line per method and sparsity. **Good** is the lower-left: fewer bits at little perplexity cost. INT8 "
+        "is nearly free; at 4 bits GPTQ/AWQ/AWP (which use the calibration inputs) beat plain rounding (RTN); "
+        "at 3 and 2 bits every method degrades and the group size matters."),
+    Plot.MASKS: (
+        "**Keep-masks** of the same linear from each run: rows are output features, columns input features. "
+        "The whole-matrix view shows the kept fraction of each block on a fixed 0…1 colour scale (the outlined "
+        "square is the chosen tile); the tile below it is drawn at native resolution, one cell per weight.\n\n"
+        "**What differs**: magnitude and FISTAPruner's rounding compare weights over the whole matrix, so whole "
+        "rows or columns can end up denser; Wanda ranks per output row by |W|·‖X_j‖, so every row has exactly "
+        "the target sparsity and input columns with large activations show as vertical stripes; SparseGPT "
+        "picks the mask per block of 128 columns while updating the rest."),
+    Plot.DIFFERENCE: (
+        "**Difference of the first two masks** on the chosen tile, in four colours: kept by A only, kept by B "
+        "only, kept by both, pruned by both; the legend gives each category's share of the whole linear. "
+        "**Read it as**: a uniform speckle of the two 'only' colours means the methods disagree weight by "
+        "weight; stripes or bands of one colour mean one method systematically favours some inputs (columns) "
+        "or outputs (rows)."),
+    Plot.OVERLAP: (
+        "**IoU of kept weights** for each pair of runs: |kept by both| / |kept by either|. Two *random* masks of "
+        "kept fraction k overlap with IoU k/(2 − k) (1/3 at 50% sparsity): that is chance, not agreement. 1 means "
+        "identical masks. Methods built on the same score (FISTAPruner warm-started from SparseGPT) agree far "
+        "above chance; magnitude and Wanda agree less, because the input norms reorder weights within a row."),
+    Plot.HISTOGRAMS: (
+        "**Per-row and per-column sparsity** of each run's mask (counts of rows/columns at each sparsity). "
+        "A spike at the target means the method enforces it per row (Wanda); a wide spread means it compares "
+        "across the whole matrix (magnitude) or per column block (SparseGPT)."),
+    Plot.ALL_LINEARS: (
+        "**IoU of kept weights for every linear** of the model (x: layer · linear), one line per pair of runs, "
+        "with the chance IoU of two random masks of those kept fractions as a dotted line. Look for "
+        "linears where two methods part ways: usually the ones whose inputs have a few very large features, "
+        "where calibration-aware scores differ most from |W|."),
+    Plot.RANKING: (
+        "**Structured removal**: every attention head and MLP channel of the model, sorted by its score (how much "
+        "output error removing it would cost); the line η is the threshold. Units left of η are removed. "
+        "**Good**: a clear gap at η; a flat curve means many units are equally (un)important."),
+    Plot.KEPT: (
+        "**Kept units per layer**: rows are decoder layers, columns heads (left) and MLP channels (right); "
+        "dark = kept. A global ranking removes unevenly: layers near the input and output usually keep more."),
+    Plot.PERPLEXITY: (
+        "**Perplexity** on the evaluation text after pruning (lower is better), one bar per method, the dashed "
+        "line the dense model under the same protocol. With the quick protocol (16 windows of 128 tokens) the "
+        "numbers are a rough guide, but their order is stable."),
+}
+
+
+def text(plot: Plot) -> str:
+    """The explanation of ``plot`` (markdown)."""
+    return TEXTS[plot]
+
+
+def annotated(plot: Plot, note: str) -> str:
+    """The explanation of ``plot`` followed by what a run's data shows (``note``, from :mod:`toolkit.insights`)."""
+    return TEXTS[plot] + (f"\n\n**In this run**: {note}" if note else "")
+
+
+def run_notes(events: Sequence[Event]) -> dict[Plot, str]:
+    """The layer-error and λ explanations annotated with what ``events`` (one run) show."""
+    errors = [e.output_rel_error for e in events if isinstance(e, LayerDone)]
+    lambdas = [e for e in events if isinstance(e, LambdaStep)]
+    return {Plot.LAYERS: annotated(Plot.LAYERS, describe_layer_jumps({"run": errors})),
+            Plot.LAMBDA: annotated(Plot.LAMBDA, describe_lambda(lambda_summary(lambdas)))}
+
+
+def accordions(gr: Any, prefix: str, *plots: Plot, extra: dict[Plot, str] | None = None) -> dict[Plot, Any]:
+    """A row of collapsed "How to read this" accordions, one per plot, in the order of the plots above them.
+
+    ``prefix`` names the tab (element ids ``howto-<prefix>-<plot>``). Returns each plot's Markdown
+    component, so a handler can append what a run's data shows (``extra`` gives initial text to add
+    under a plot's explanation).
+    """
+    shown: dict[Plot, Any] = {}
+    with gr.Row(equal_height=False):
+        for plot in plots:
+            with gr.Column(), gr.Accordion(TITLE, open=False, elem_classes=["howto"]):
+                body = TEXTS[plot] + (f"\n\n{extra[plot]}" if extra and plot in extra else "")
+                shown[plot] = gr.Markdown(body, elem_id=f"howto-{prefix}-{plot.value}")
+    return shown
