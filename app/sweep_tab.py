@@ -161,6 +161,7 @@ def _follow(job: Job, configs: list[RunConfig], notes: list[str], clock: Callabl
 def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
     """Lay out the Sweep tab inside the current Blocks and wire it."""
     from app.controls import model_controls, protocol_controls
+    from app.figure_download import export_button
 
     names = list(forms.method_table())
     with gr.Row():
@@ -184,6 +185,7 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
                 curve = gr.Plot(viz_sweep.sweep_figure([]), show_label=False, elem_id="sweep-curve")
                 accuracy = gr.Plot(viz_sweep.sweep_figure([], title="mean zero-shot accuracy vs sparsity",
                                                     metric="accuracy"), show_label=False, elem_id="sweep-accuracy")
+            export_button(gr, curve, "sweep")
             bits_curve = gr.Plot(viz_quant.bits_figure([]), show_label=False, elem_id="sweep-bits-curve")
             results = gr.Dataframe(headers=list(COLUMNS), value=[], interactive=False, label="Results",
                                    elem_id="sweep-table")
