@@ -30,8 +30,8 @@ def _renderer_class() -> type:
     return StaticPng
 
 
-def use_static_fallback() -> str:
-    """Register the PNG renderer and make plotly's default ``plotly_mimetype+prunelab_png``; returns that name.
+def use_static_fallback() -> None:
+    """Register the PNG renderer and make plotly's default renderer ``plotly_mimetype+prunelab_png`` (:data:`DEFAULT`).
 
     Call it once per kernel (the notebooks' first cell does); it changes only plotly's renderer setting.
     """
@@ -39,7 +39,6 @@ def use_static_fallback() -> str:
 
     _register()
     pio.renderers.default = DEFAULT
-    return DEFAULT
 
 
 def _register() -> None:

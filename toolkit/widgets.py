@@ -31,7 +31,15 @@ from toolkit.errors import ToolkitError
 from toolkit.figure_export import FORMATS, save_figure
 from toolkit.live import RunView, format_seconds, progress_line
 from toolkit.runs import RunRecord
-from toolkit.widgets_panels import FIELD, FLEX_ROW, PANEL, STALE_NOTE, generations_html, snapshot_html
+from toolkit.widgets_panels import (
+    FIELD,
+    FLEX_ROW,
+    PANEL,
+    PANEL_PX,
+    STALE_NOTE,
+    generations_html,
+    snapshot_html,
+)
 
 __all__ = ["Dashboard", "MaskComparison", "compare_masks", "save_figure", "sweep_plot"]
 
@@ -116,7 +124,9 @@ class Dashboard:
         self.result = w.HTML("")
         self.generations = w.HTML("", layout=w.Layout(width="100%"))
         self.snapshot = w.HTML("", layout=w.Layout(width="100%"))  # final figures as images, saved with the notebook
-        self.figures = {name: go.FigureWidget(_figure(RunView(), name)) for name in self.FIGURES}
+        # a FigureWidget sizes itself once, when attached: a set width keeps it inside its panel
+        self.figures = {name: go.FigureWidget(_figure(RunView(), name)).update_layout(width=PANEL_PX)
+                        for name in self.FIGURES}
         self.view = RunView()
         self.result_dict: dict[str, Any] | None = None
         self._token: CancelToken | None = None
