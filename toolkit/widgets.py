@@ -120,10 +120,12 @@ class Dashboard:
         self.cancel_button = w.Button(description="Cancel", button_style="danger")
         self.status = w.HTML("Pick a model, a method and a sparsity, then Run.")
         self.save_button = w.Button(description="Save figures", tooltip="PNG, PDF and SVG in the run's folder")
-        self.warnings = w.Textarea(value="", description="warnings", layout=w.Layout(width="100%", height="60px"))
+        # widgets have a 2 px margin on each side: 100% would overflow the dashboard by 4 px
+        self.warnings = w.Textarea(value="", description="warnings",
+                                   layout=w.Layout(width="calc(100% - 8px)", height="60px"))
         self.result = w.HTML("")
-        self.generations = w.HTML("", layout=w.Layout(width="100%"))
-        self.snapshot = w.HTML("", layout=w.Layout(width="100%"))  # final figures as images, saved with the notebook
+        self.generations = w.HTML("", layout=w.Layout(width="calc(100% - 8px)"))
+        self.snapshot = w.HTML("", layout=w.Layout(width="calc(100% - 8px)"))  # final figures as images, kept
         # a FigureWidget sizes itself once, when attached: a set width keeps it inside its panel
         self.figures = {name: go.FigureWidget(_figure(RunView(), name)).update_layout(width=PANEL_PX)
                         for name in self.FIGURES}
@@ -144,7 +146,7 @@ class Dashboard:
         form = w.VBox([row(self.model, self.method, self.sparsity, self.quant),
                        row(self.options, self.nsamples, self.seqlen, self.eval_windows),
                        row(self.evaluate, self.generate, self.run_button, self.cancel_button, self.save_button)],
-                      layout=w.Layout(width="100%"))
+                      layout=w.Layout(width="calc(100% - 8px)"))
         self.widget = w.VBox([form, self.status, row(panel("heatmap"), panel("layers")),
                               row(panel("solver"), panel("lambda")), self.warnings, self.result, self.generations,
                               self.snapshot], layout=w.Layout(width="100%", overflow="hidden"))

@@ -19,7 +19,7 @@ from typing import Any
 
 STALE_NOTE = ("PruneLab dashboard: its live views need a running kernel. Re-run this cell to see them; "
               "the figures of a finished run are kept as images below the widget.")
-FLEX_ROW = {"display": "flex", "flex_flow": "row wrap", "width": "100%", "align_items": "flex-start"}
+FLEX_ROW = {"display": "flex", "flex_flow": "row wrap", "width": "calc(100% - 8px)", "align_items": "flex-start"}
 PANEL_PX = 460  # a live plot's width: two side by side in a 1440 px JupyterLab with its file browser open
 # a panel wraps to the next row when the row is too narrow, and scrolls (never clips) below one plot's width
 PANEL = {"flex": "0 1 auto", "max_width": "100%", "overflow_x": "auto"}
