@@ -66,7 +66,7 @@ def test_dashboard_layout_wraps_instead_of_fixed_widths() -> None:
     rows = [child for child in dash.widget.children if type(child).__name__ == "HBox"]
     assert rows and all(row.layout.flex_flow == "row wrap" for row in rows)
     panels = [box for row in rows for box in row.children]
-    assert all(box.layout.flex == "0 1 auto" and box.layout.overflow_x == "auto" for box in panels)
+    assert all(box.layout.flex == "0 1 auto" and box.layout.overflow == "auto" for box in panels)
     assert all(figure.layout.width == 460 for figure in dash.figures.values())
 
 

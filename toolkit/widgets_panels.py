@@ -22,7 +22,7 @@ STALE_NOTE = ("PruneLab dashboard: its live views need a running kernel. Re-run 
 FLEX_ROW = {"display": "flex", "flex_flow": "row wrap", "width": "calc(100% - 8px)", "align_items": "flex-start"}
 PANEL_PX = 460  # a live plot's width: two side by side in a 1440 px JupyterLab with its file browser open
 # a panel wraps to the next row when the row is too narrow, and scrolls (never clips) below one plot's width
-PANEL = {"flex": "0 1 auto", "max_width": "100%", "overflow_x": "auto"}
+PANEL = {"flex": "0 1 auto", "max_width": "100%", "overflow": "auto"}
 FIELD = {"flex": "1 1 230px", "width": "auto", "min_width": "180px"}
 
 
