@@ -73,3 +73,14 @@ def test_notebook_bundle_carries_plotly_and_a_png() -> None:
     bundle = fallback_bundle(_heatmap())
     assert PLOTLY in bundle and base64.b64decode(bundle["image/png"]).startswith(PNG_MAGIC)
     assert "text/html" not in bundle  # nbconvert must pick the PNG, not a script that needs plotly.js
+
+
+def test_export_modules_load_without_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, toolkit.figure_export, toolkit.figure_traces, toolkit.notebook_figures, "
+            "toolkit.widgets_panels, app.figure_download; print('torch' in sys.modules)")
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
