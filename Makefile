@@ -1,12 +1,13 @@
 # PruneLab: `make demo` launches the dashboard (http://127.0.0.1:7860); `make cli-demo` runs the CLI job;
-# `make test` sets up and runs every test (slow notebooks and the headless-Chromium browser test included).
+# `make lab` opens JupyterLab on notebooks/; `make test` sets up and runs every test (slow notebooks and the
+# headless-Chromium browser test included).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup demo cli-demo test test-fast lint bench clean
+.PHONY: setup demo lab cli-demo test test-fast lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -23,6 +24,9 @@ $(VENV)/.installed: requirements.txt requirements-embedded.txt
 
 demo: setup
 	$(PY) -m app
+
+lab: setup
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
 cli-demo: setup
 	$(PY) -m toolkit prune --model smollm2-135m --method wanda --sparsity 50% --eval-dense

@@ -189,8 +189,9 @@ def build(gr: Any, *, runs_dir: str, history: Any) -> dict[str, Any]:
         go = gr.Button("Compare", variant="primary", elem_id="compare-button")
     message = gr.Markdown("Pick two or more finished runs of one model.", elem_id="compare-message")
     masks = gr.Plot(show_label=False, elem_id="compare-masks")
-    tile = gr.Plot(show_label=False, elem_id="compare-tile")
     howto.accordions(gr, "compare", Plot.MASKS)
+    tile = gr.Plot(show_label=False, elem_id="compare-tile")
+    howto.accordions(gr, "compare", Plot.TILE)
     with gr.Row():
         difference = gr.Plot(show_label=False, elem_id="compare-difference", scale=3)
         overlap = gr.Plot(show_label=False, elem_id="compare-overlap", scale=2)

@@ -30,6 +30,7 @@ class Plot(str, Enum):
     ACCURACY = "accuracy"
     BITS = "bits"
     MASKS = "masks"
+    TILE = "tile"
     DIFFERENCE = "difference"
     OVERLAP = "overlap"
     HISTOGRAMS = "histograms"
@@ -95,6 +96,12 @@ TEXTS: dict[Plot, str] = {
         "rows or columns can end up denser; Wanda ranks per output row by |W|·‖X_j‖, so every row has exactly "
         "the target sparsity and input columns with large activations show as vertical stripes; SparseGPT "
         "picks the mask per block of 128 columns while updating the rest."),
+    Plot.TILE: (
+        "**One tile at native resolution**: each cell is one weight of the chosen linear (rows output features, "
+        "columns input features), dark = kept, for every run; pick the tile's first row and column and its size "
+        "above. **Read it as**: vertical stripes are input features a method keeps (Wanda and SparseGPT keep the "
+        "columns whose inputs are large); horizontal bands are output rows it treats alike; an even speckle is "
+        "a per-weight choice. Whole-matrix pictures average blocks and hide this; the tile does not."),
     Plot.DIFFERENCE: (
         "**Difference of the first two masks** on the chosen tile, in four colours: kept by A only, kept by B "
         "only, kept by both, pruned by both; the legend gives each category's share of the whole linear. "

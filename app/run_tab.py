@@ -279,12 +279,15 @@ def _form(gr: Any, default_model: str, methods: dict[str, dict]) -> RunForm:
 
 def _outputs(gr: Any) -> dict[str, Any]:
     """The right column: status, the six live figures, warnings, result table, downloads."""
+    from app.figure_download import export_button
+
     idle = RunView()
     status = gr.Markdown(views.status_markdown(idle, 0.0), elem_id="run-status")
     with gr.Row():
         heatmap = gr.Plot(views.figure(idle, "heatmap"), show_label=False, elem_id="run-heatmap")
         layers = gr.Plot(views.figure(idle, "layers"), show_label=False, elem_id="run-layers")
     howto.accordions(gr, "run", Plot.HEATMAP, Plot.LAYERS)
+    export_button(gr, heatmap, "heatmap")
     with gr.Row():
         solver = gr.Plot(views.figure(idle, "solver"), show_label=False, elem_id="run-solver", visible=False)
         lam = gr.Plot(views.figure(idle, "lambda"), show_label=False, elem_id="run-lambda", visible=False)

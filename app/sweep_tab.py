@@ -162,6 +162,7 @@ def _follow(job: Job, configs: list[RunConfig], notes: list[str], clock: Callabl
 def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
     """Lay out the Sweep tab inside the current Blocks and wire it."""
     from app.controls import model_controls, protocol_controls
+    from app.figure_download import export_button
 
     names = list(forms.method_table())
     with gr.Row():
@@ -186,6 +187,7 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
                 accuracy = gr.Plot(viz_sweep.sweep_figure([], title="mean zero-shot accuracy vs sparsity",
                                                     metric="accuracy"), show_label=False, elem_id="sweep-accuracy")
             howto.accordions(gr, "sweep", Plot.SWEEP, Plot.ACCURACY)
+            export_button(gr, curve, "sweep")
             bits_curve = gr.Plot(viz_quant.bits_figure([]), show_label=False, elem_id="sweep-bits-curve")
             howto.accordions(gr, "sweep", Plot.BITS)
             results = gr.Dataframe(headers=list(COLUMNS), value=[], interactive=False, label="Results",

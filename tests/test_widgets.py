@@ -58,3 +58,39 @@ def test_compare_masks_and_sweep_plot(tmp_path: Path) -> None:
     with pytest.raises(ToolkitError, match="different models"):
         compare_masks(*sorted(p.name for p in tmp_path.iterdir())[:3], layer=0, linear="mlp.down_proj",
                       runs_dir=tmp_path)
+
+
+def test_dashboard_keeps_images_shows_generations_and_saves(tmp_path: Path) -> None:
+    dash = Dashboard(model="tiny-llama", method="wanda", sparsity="50%", runs_dir=str(tmp_path), generate=True,
+                     **QUICK)
+    with pytest.raises(ToolkitError, match="run the dashboard first"):
+        dash.save()
+    view = dash.run()
+    assert view.status == "finished"
+    assert dash.snapshot.value.count('src="data:image/png;base64,') == 2  # heat-map and layer error (no solver)
+    html = dash._repr_mimebundle_()["text/html"]
+    assert "Re-run this cell" in html and "data:image/png" in html
+    panel = dash.generations.value
+    assert panel.count("tokens/s") >= 2 * 5 and "The capital of France is" in panel and "<th>pruned</th>" in panel
+    written = dash.save(tmp_path / "figs", ["png", "svg"])
+    assert sorted(p.name for p in written) == ["heatmap.png", "heatmap.svg", "layers.png", "layers.svg"]
+    assert all(p.stat().st_size > 0 for p in written)
+    assert [p.parent for p in dash.save(formats=["pdf"])] == [tmp_path / view.run_id / "figures"] * 2
+
+
+def test_dashboard_layout_wraps_instead_of_fixed_widths() -> None:
+    dash = Dashboard(model="tiny-llama")
+    rows = [child for child in dash.widget.children if type(child).__name__ == "HBox"]
+    assert rows and all(row.layout.flex_flow == "row wrap" for row in rows)
+    panels = [box for row in rows for box in row.children]
+    assert all(box.layout.flex == "0 1 auto" and box.layout.overflow == "auto" for box in panels)
+    assert all(figure.layout.width == 460 for figure in dash.figures.values())
+
+
+def test_mask_comparison_saves_every_figure(tmp_path: Path) -> None:
+    a = write_run(tmp_path, {"model": "m", "method": "wanda", "sparsity": "50%", "eval_data": "wiki"}, seed=1)
+    b = write_run(tmp_path, {"model": "m", "method": "magnitude", "sparsity": "50%", "eval_data": "wiki"}, seed=2)
+    comparison = compare_masks(a, b, layer=0, linear="self_attn.q_proj", runs_dir=tmp_path)
+    written = comparison.save(tmp_path / "out", ["pdf"])
+    assert [p.name for p in written] == ["masks.pdf", "difference.pdf", "overlap.pdf", "histograms.pdf"]
+    assert all(p.read_bytes().startswith(b"%PDF") for p in written)

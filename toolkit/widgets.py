@@ -2,11 +2,16 @@
 
 - :class:`Dashboard`: the Run view in a notebook: a small form, Run / Cancel, and the live
   heat-map, layer-error line, solver convergence and λ bisection, progress and warnings; for a
-  structured run (numerical, flap, ...) the Newton traces, the global ranking and the kept-unit map.
-  ``Dashboard().run()`` runs in the cell (widgets refresh as it goes); the Run button runs in a
-  background thread so Cancel stays clickable.
-- :func:`compare_masks`: keep-masks of two runs for one linear, their difference and overlap.
-- :func:`sweep_plot`: perplexity vs sparsity, from the run store or by running a sweep.
+  structured run (numerical, flap, ...) the Newton traces, the global ranking and the kept-unit map; with
+  "generations", the dense and pruned greedy texts side by side (tokens/s). ``Dashboard().run()``
+  runs in the cell (widgets refresh as it goes); the Run button runs in a background thread so
+  Cancel stays clickable. A finished run keeps its figures as images in the widget (a re-opened
+  notebook shows them); :meth:`Dashboard.save` (and the "Save figures" button) writes them as
+  PNG/PDF/SVG in a paper style.
+- :func:`compare_masks`: keep-masks of two runs for one linear, their difference and overlap
+  (:meth:`MaskComparison.save` exports them).
+- :func:`sweep_plot`: perplexity vs sparsity, from the run store or by running a sweep; export it
+  with :func:`save_figure`.
 
 Like the app, this module reads events and run records only and never imports torch (STYLE R7).
 """
@@ -24,8 +29,20 @@ from typing import Any
 from toolkit import compare, viz, viz_masks, viz_quant, viz_structure, viz_sweep
 from toolkit.api import CancelToken, RunConfig, list_methods, list_runs, open_run, run
 from toolkit.errors import ToolkitError
+from toolkit.figure_export import FORMATS, save_figure
 from toolkit.live import RunView, format_seconds, progress_line
 from toolkit.runs import RunRecord
+from toolkit.widgets_panels import (
+    FIELD,
+    FLEX_ROW,
+    PANEL,
+    PANEL_PX,
+    STALE_NOTE,
+    generations_html,
+    snapshot_html,
+)
+
+__all__ = ["Dashboard", "MaskComparison", "compare_masks", "save_figure", "sweep_plot"]
 
 REFRESH = 0.5  # seconds between widget refreshes while a run streams
 
@@ -85,45 +102,70 @@ class Dashboard:
         import plotly.graph_objects as go
 
         settings = {"nsamples": 8, "seqlen": 128, "eval_seqlen": 128, "eval_windows": 16, "options": "", "quant": "",
-                    **protocol}
+                    "generate": False, **protocol}
         self.runs_dir = runs_dir
-        self.model = w.Text(value=model, description="model")
-        self.method = w.Dropdown(options=[m["name"] for m in list_methods()], value=method, description="method")
-        self.sparsity = w.Text(value=sparsity, description="sparsity", placeholder="50%, 2:4, structured:30%")
+        field = w.Layout(**FIELD)
+        self.model = w.Text(value=model, description="model", layout=field)
+        self.method = w.Dropdown(options=[m["name"] for m in list_methods()], value=method, description="method",
+                                 layout=field)
+        self.sparsity = w.Text(value=sparsity, description="sparsity", placeholder="50%, 2:4, structured:30%",
+                               layout=field)
         self.quant = w.Text(value=str(settings.get("quant") or ""), description="quant",
-                            placeholder="int4, int3:g64 (quantizing methods)")
-        self.options = w.Text(value=str(settings["options"]), description="options", placeholder="key=value, …")
-        self.nsamples = w.BoundedIntText(value=int(settings["nsamples"]), min=1, max=100000, description="nsamples")
-        self.seqlen = w.BoundedIntText(value=int(settings["seqlen"]), min=2, max=1 << 16, description="seqlen")
+                            placeholder="int4, int3:g64 (quantizing methods)", layout=field)
+        self.options = w.Text(value=str(settings["options"]), description="options", placeholder="key=value, …",
+                              layout=field)
+        self.nsamples = w.BoundedIntText(value=int(settings["nsamples"]), min=1, max=100000, description="nsamples",
+                                         layout=field)
+        self.seqlen = w.BoundedIntText(value=int(settings["seqlen"]), min=2, max=1 << 16, description="seqlen",
+                                       layout=field)
         self.evaluate = w.Checkbox(value=True, description="evaluate")
+        self.generate = w.Checkbox(value=bool(settings["generate"]), description="generations (dense vs pruned)")
         self.eval_windows = w.BoundedIntText(value=int(settings["eval_windows"]), min=0, max=1 << 20,
-                                             description="eval windows")
+                                             description="eval windows", layout=field)
         self.eval_seqlen = int(settings["eval_seqlen"])
         self.run_button = w.Button(description="Run", button_style="primary")
         self.cancel_button = w.Button(description="Cancel", button_style="danger")
         self.status = w.HTML("Pick a model, a method and a sparsity, then Run.")
-        self.warnings = w.Textarea(value="", description="warnings", layout=w.Layout(width="100%", height="60px"))
+        self.save_button = w.Button(description="Save figures", tooltip="PNG, PDF and SVG in the run's folder")
+        # widgets have a 2 px margin on each side: 100% would overflow the dashboard by 4 px
+        self.warnings = w.Textarea(value="", description="warnings",
+                                   layout=w.Layout(width="calc(100% - 8px)", height="60px"))
         self.result = w.HTML("")
-        self.figures = {name: go.FigureWidget(_figure(RunView(), name)) for name in self.FIGURES}
+        self.generations = w.HTML("", layout=w.Layout(width="calc(100% - 8px)"))
+        self.snapshot = w.HTML("", layout=w.Layout(width="calc(100% - 8px)"))  # final figures as images, kept
+        # a FigureWidget sizes itself once, when attached: a set width keeps it inside its panel
+        self.figures = {name: go.FigureWidget(_figure(RunView(), name)).update_layout(width=PANEL_PX)
+                        for name in self.FIGURES}
         self.view = RunView()
         self.result_dict: dict[str, Any] | None = None
         self._token: CancelToken | None = None
         self._thread: threading.Thread | None = None
         self.run_button.on_click(lambda _: self.start())
         self.cancel_button.on_click(lambda _: self.cancel())
-        form = w.VBox([w.HBox([self.model, self.method, self.sparsity, self.quant]),
-                       w.HBox([self.options, self.nsamples, self.seqlen]),
-                       w.HBox([self.evaluate, self.eval_windows, self.run_button, self.cancel_button])])
+        self.save_button.on_click(lambda _: self._save_clicked())
+
+        def row(*children: Any) -> Any:
+            return w.HBox(list(children), layout=w.Layout(**FLEX_ROW))
+
+        def panel(name: str) -> Any:
+            return w.Box([self.figures[name]], layout=w.Layout(**PANEL))
+
+        form = w.VBox([row(self.model, self.method, self.sparsity, self.quant),
+                       row(self.options, self.nsamples, self.seqlen, self.eval_windows),
+                       row(self.evaluate, self.generate, self.run_button, self.cancel_button, self.save_button)],
+                      layout=w.Layout(width="calc(100% - 8px)"))
         # shown only for structured runs: the global ranking of heads and channels, and what each layer kept
-        self.structure = w.HBox([self.figures["ranking"], self.figures["kept"]], layout=w.Layout(display="none"))
-        self.widget = w.VBox([form, self.status, w.HBox([self.figures["heatmap"], self.figures["layers"]]),
-                              w.HBox([self.figures["solver"], self.figures["lambda"]]), self.structure,
-                              self.warnings, self.result])
+        self.structure = w.HBox([panel("ranking"), panel("kept")],
+                                layout=w.Layout(**{**FLEX_ROW, "display": "none"}))
+        self.widget = w.VBox([form, self.status, row(panel("heatmap"), panel("layers")),
+                              row(panel("solver"), panel("lambda")), self.structure, self.warnings, self.result,
+                              self.generations, self.snapshot], layout=w.Layout(width="100%", overflow="hidden"))
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        """The widget, plus an HTML note for viewers without a kernel (nbconvert, GitHub)."""
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
+        bundle["text/html"] = f"<p><i>{STALE_NOTE}</i></p>{self.snapshot.value}"
+        return bundle
 
     def config(self, **overrides: Any) -> RunConfig:
         """The RunConfig of the form (``overrides`` win); raises ToolkitError for bad input."""
@@ -133,7 +175,7 @@ class Dashboard:
                   "options": _parse_options(self.options.value), "nsamples": self.nsamples.value,
                   "seqlen": self.seqlen.value, "eval_data": "wiki" if self.evaluate.value else None,
                   "eval_seqlen": self.eval_seqlen, "eval_windows": self.eval_windows.value or None,
-                  "eval_dense": True, "out_dir": self.runs_dir}
+                  "eval_dense": True, "generate": self.generate.value, "out_dir": self.runs_dir}
         fields.update(overrides)
         return RunConfig(**fields)
 
@@ -161,6 +203,7 @@ class Dashboard:
 
     def _drive(self, config: RunConfig, token: CancelToken) -> None:
         self.view, self.result_dict, last = RunView(), None, -math.inf
+        self.snapshot.value = self.generations.value = ""
         self.status.value = f"starting: loading {config.model}…"
         for event in run(config, token):
             self.view.apply(event, time.monotonic())
@@ -180,6 +223,7 @@ class Dashboard:
             _copy_into(widget, _figure(view, name))
         self.structure.layout.display = "flex" if view.structure.active else "none"
         self.warnings.value = "\n".join(view.warnings)
+        self.generations.value = generations_html(view.evals.texts)
         if view.status == "finished":
             rows = "".join(f"<tr><td>{k}</td><td>{view.dense_ppl.get(k, math.nan):.3f}</td><td>{v:.3f}</td></tr>"
                            for k, v in view.ppl.items())
@@ -188,8 +232,37 @@ class Dashboard:
                                  + (f"{view.bits_per_weight:.3f} bits/weight · " if math.isfinite(view.bits_per_weight)
                                     else "") + "prune time "
                                  f"{format_seconds(view.prune_seconds)} · run {view.run_id}")
+            if not self.snapshot.value:
+                self.snapshot.value = snapshot_html(list(self.current_figures().values()),
+                                                    f"figures of run {view.run_id} as images (kept in the saved "
+                                                    "notebook; re-run the cell for live views)")
         elif view.status in ("failed", "cancelled"):
             self.result.value = f"<b>{view.status}</b>: {view.error}"
+
+    def current_figures(self) -> dict[str, Any]:
+        """The dashboard's figures for :attr:`view` as plotly figures (the panels a run drew; empty ones left out)."""
+        shown = {name: _figure(self.view, name) for name in self.FIGURES}
+        return {name: fig for name, fig in shown.items() if fig.data}
+
+    def save(self, folder: str | Path | None = None, formats: Sequence[str] = FORMATS) -> list[Path]:
+        """Write every drawn figure as ``<folder>/<name>.<format>`` in paper style; returns the files.
+
+        ``folder`` defaults to ``figures/`` in the run's record. Raises :class:`ToolkitError` before
+        a run has drawn anything, or for an unknown format.
+        """
+        figures = self.current_figures()
+        if not self.view.run_id or not figures:
+            raise ToolkitError("no figures yet: run the dashboard first, then save")
+        target = Path(folder) if folder is not None else Path(self.runs_dir) / self.view.run_id / "figures"
+        return [path for name, fig in figures.items() for path in save_figure(fig, target / name, formats)]
+
+    def _save_clicked(self) -> None:
+        try:
+            written = self.save()
+        except ToolkitError as exc:
+            self.status.value = f"<b>⚠ {exc}</b>"
+            return
+        self.status.value += f" · saved {len(written)} files to {written[0].parent}"
 
 
 def _record(run_ref: RunRecord | str | Path, runs_dir: str | Path) -> RunRecord:
@@ -224,6 +297,12 @@ class MaskComparison:
 
         for figure in self.figures():
             display(figure)
+
+    def save(self, folder: str | Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+        """Write masks, difference, overlap and histograms as ``<folder>/<name>.<format>`` (paper style)."""
+        names = ("masks", "difference", "overlap", "histograms")
+        return [path for name, fig in zip(names, self.figures(), strict=True)
+                for path in save_figure(fig, Path(folder) / name, formats)]
 
 
 def compare_masks(run_a: RunRecord | str | Path, run_b: RunRecord | str | Path, *more: RunRecord | str | Path,
