@@ -182,7 +182,8 @@ def wait_for_linears(page: Any, count: int, timeout: float = 120.0) -> str:
         if found and int(found.group(1)) == count:
             return title
         time.sleep(0.1)
-    raise AssertionError(f"the heat-map never counted {count} linears; last title: {title!r}")
+    status = page.inner_text("#run-status")
+    raise AssertionError(f"the heat-map never counted {count} linears; last title: {title!r}; status: {status!r}")
 
 
 
