@@ -95,7 +95,8 @@ def _ppl_rows(view: RunView) -> list[str]:
     for dataset in dict.fromkeys(list(view.dense_ppl) + list(view.ppl)):
         dense, pruned = view.dense_ppl.get(dataset, math.nan), view.ppl.get(dataset, math.nan)
         change = f" ({(pruned / dense - 1):+.1%})" if math.isfinite(dense) and math.isfinite(pruned) and dense else ""
-        rows.append(f"| perplexity ({dataset}, {where}) | {_fmt(dense)} | {_fmt(pruned)}{change} |")
+        cached = " (cached)" if dataset in view.dense_cached else ""
+        rows.append(f"| perplexity ({dataset}, {where}) | {_fmt(dense)}{cached} | {_fmt(pruned)}{change} |")
     return rows
 
 

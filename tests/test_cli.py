@@ -128,3 +128,23 @@ def test_failed_run_is_marked_failed(tmp_path: Path) -> None:
     assert record.status == "failed" and "NaN" in record.error
     assert not (record.path / "result.json").exists()
     assert open_run(record.path).events()[-1].kind == "RunFailed"
+
+
+def test_a_cached_dense_perplexity_says_it_was_cached(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.views import render
+    from toolkit.live import fold
+
+    monkeypatch.setenv("PRUNELAB_CACHE", str(tmp_path / "cache"))  # an empty cache: the first run measures
+    argv = ["prune", *TINY, "--method", "magnitude", "--eval-dense", "--out", str(tmp_path / "runs")]
+    assert main([*argv, "--json", str(tmp_path / "first.json")]) == 0
+    assert "dense  ppl (wiki): " in capsys.readouterr().out
+    assert json.loads((tmp_path / "first.json").read_text())["dense_ppl_cached"] == []
+    assert main([*argv, "--json", str(tmp_path / "second.json")]) == 0
+    second = json.loads((tmp_path / "second.json").read_text())
+    assert second["dense_ppl_cached"] == ["wiki"]
+    assert "(cached)" in capsys.readouterr().out
+    events = open_run(second["run_dir"]).events()
+    assert any(getattr(e, "cached", False) for e in events)
+    update, _ = render(fold(events), 0.0)
+    assert "(cached)" in update["result"]

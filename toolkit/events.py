@@ -150,7 +150,7 @@ class LayerDone(Event):
 
 @dataclass(frozen=True, slots=True)
 class EvalPoint(Event):
-    """A perplexity measurement; ``which`` is "dense" or "pruned"."""
+    """A perplexity measurement; ``which`` is "dense" or "pruned"; ``cached``: read from the dense cache."""
 
     kind: ClassVar[str] = "EvalPoint"
     dataset: str
@@ -159,6 +159,7 @@ class EvalPoint(Event):
     seq_len: int
     windows: int
     tokens: int
+    cached: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,6 +94,7 @@ class RunView:
     warnings: list[str] = field(default_factory=list)
     structure: StructureView = field(default_factory=StructureView)  # block-scope runs: Newton, ranking, kept
     dense_ppl: dict[str, float] = field(default_factory=dict)
+    dense_cached: set[str] = field(default_factory=set)  # datasets whose dense perplexity came from the cache
     ppl: dict[str, float] = field(default_factory=dict)
     achieved_sparsity: float = math.nan  # from the keep-masks, never from exact zeros
     bits_per_weight: float = math.nan  # storage bits of the decoder-layer linears (scales counted)
@@ -246,6 +247,8 @@ def _on_lambda(view: RunView, event: LambdaStep, now: float) -> None:
 def _on_eval(view: RunView, event: EvalPoint, now: float) -> None:
     target = view.dense_ppl if event.which == "dense" else view.ppl
     target[event.dataset] = _num(event.ppl)
+    if event.which == "dense" and event.cached:
+        view.dense_cached.add(event.dataset)
     view._bump("result")
 
 

@@ -181,7 +181,7 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
                       protocol=run.protocol, num_layers=len(decoder_layers(model)), linears=run.linears,
                       device=str(run.device), compression=config.compression.to_dict()))
     stage.name = "dense evaluation"
-    dense_ppl = _dense_eval(config, run, record, ticks)
+    dense_ppl, dense_cached = _dense_eval(config, run, record, ticks)
     dense = _dense_extras(config, run, record, ticks)
     stage.name = "compression"
     before = linear_shapes(model)
@@ -210,7 +210,8 @@ def _run(config: Any, run: Prepared, writer: RunWriter, record: Callable[[Event]
         accounting = dataclasses.replace(accounting, checkpoint_bytes=int(checkpoint["bytes"]))
     ppl: dict[str, float] = {}  # the summary holds this dict: filled below, after result.json was written
     summary = _result(config, run, result, accounting, ppl, dense_ppl)
-    summary.update(run_id=writer.run_id, run_dir=str(writer.path), checkpoint=checkpoint, gpu_peak_mb=peak,
+    summary.update(dense_ppl_cached=dense_cached, run_id=writer.run_id, run_dir=str(writer.path), checkpoint=checkpoint,
+                   gpu_peak_mb=peak,
                    devices=devices_label(run.device, run.engine_cfg, config.propagate or run.spec.propagate))
     writer.write_result(summary)
     stage.name = "evaluation"
@@ -318,19 +319,24 @@ def _pruned_extras(config: Any, run: Prepared, record: Callable[[Event], None], 
     return extras, cancel
 
 
-def _dense_eval(config: Any, run: Prepared, record: Callable[[Event], None], ticks: ProgressEvents) -> dict[str, float]:
-    """Dense perplexity (with --eval-dense), from the cache when this protocol was measured before."""
+def _dense_eval(config: Any, run: Prepared, record: Callable[[Event], None],
+                ticks: ProgressEvents) -> tuple[dict[str, float], list[str]]:
+    """Dense perplexity (with --eval-dense), from the cache when this protocol was measured before.
+
+    Also returns the datasets whose value came from the cache (the result and the views say so).
+    """
     test = run.test
     if test is None or not config.eval_dense:
-        return {}
+        return {}, []
     key = dense_ppl_key(run.loaded, test, run.protocol["evaluation"])
     value = cached_dense_ppl(key)
+    cached = value is not None
     if value is None:
         value = _eval(run.loaded, test, run.device, ticks.callback("dense", "perplexity"), ticks.cancelled)
         store_dense_ppl(key, value)
     record(EvalPoint(dataset=config.eval_data, which="dense", ppl=value, seq_len=config.eval_seqlen,
-                     windows=int(test.shape[0]), tokens=int(test.numel())))
-    return {config.eval_data: value}
+                     windows=int(test.shape[0]), tokens=int(test.numel()), cached=cached))
+    return {config.eval_data: value}, [config.eval_data] if cached else []
 
 
 LAYER_FIELDS = ("layer", "name", "shape", "sparsity", "rel_error", "rel_error_dense", "seconds", "bits",
