@@ -275,9 +275,8 @@ def _summary(result: dict[str, Any]) -> None:
     print(f"linear weights {acct['params_before']:,} → {acct['params_after']:,}  kept {acct['nonzeros_kept']:,}  "
           f"{acct['bits_per_weight']:.3f} bits/weight  estimated {acct['estimated_bytes'] / 2**20:.2f} MiB{on_disk}")
     _checkpoint_summary(result.get("checkpoint"))
-    cached = result.get("dense_ppl_cached") or []
     for name, value in result["dense_ppl"].items():
-        print(f"dense  ppl ({name}): {value:.3f}" + (" (cached)" if name in cached else ""))
+        print(f"dense  ppl ({name}): {value:.3f}" + (" (cached)" if name in result.get("dense_ppl_cached", []) else ""))
     for name, value in result["ppl"].items():
         print(f"pruned ppl ({name}): {value:.3f}")
     print(f"run record: {result['run_dir']}")
