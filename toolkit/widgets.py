@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkit import compare, viz, viz_masks, viz_quant, viz_structure, viz_sweep
+from toolkit import compare, viz_masks, viz_sweep
 from toolkit.api import CancelToken, RunConfig, list_methods, list_runs, open_run, run
 from toolkit.errors import ToolkitError
 from toolkit.figure_export import FORMATS, save_figure
 from toolkit.live import RunView, format_seconds, progress_line
+from toolkit.live_figures import figure as view_figure
 from toolkit.runs import RunRecord
 from toolkit.widgets_panels import (
     FIELD,
@@ -45,25 +46,6 @@ from toolkit.widgets_panels import (
 __all__ = ["Dashboard", "MaskComparison", "compare_masks", "save_figure", "sweep_plot"]
 
 REFRESH = 0.5  # seconds between widget refreshes while a run streams
-
-
-def _figure(view: RunView, name: str) -> Any:
-    key = view.run_id or "idle"
-    if name == "heatmap":
-        return viz.error_heatmap(view.pruned, num_layers=view.num_layers, linears=view.linears, revision=key)
-    if name == "layers":
-        return viz.layer_error_figure(view.layers_done, num_layers=view.num_layers, revision=key)
-    if name == "solver" and view.structure.newton:  # a structured run: the Newton trace of every layer
-        return viz_structure.newton_figure(view.structure.newton, revision=key, height=viz.LAMBDA_HEIGHT)
-    if name == "ranking":
-        return viz_structure.ranking_figure(view.structure.ranking, revision=key)
-    if name == "kept":
-        return viz_structure.kept_map_figure(view.structure.kept, revision=key)
-    if name == "solver":
-        return viz.convergence_figure(view.solver.steps, view.blocks.steps, revision=key)
-    if not view.lambdas.steps and viz_quant.has_projection_trace(view.solver.steps):  # AWP: projection trace
-        return viz_quant.projection_figure(view.solver.steps, revision=key)
-    return viz.lambda_figure(view.lambdas.steps, revision=key)
 
 
 def _copy_into(widget: Any, figure: Any) -> None:
@@ -134,7 +116,7 @@ class Dashboard:
         self.generations = w.HTML("", layout=w.Layout(width="calc(100% - 8px)"))
         self.snapshot = w.HTML("", layout=w.Layout(width="calc(100% - 8px)"))  # final figures as images, kept
         # a FigureWidget sizes itself once, when attached: a set width keeps it inside its panel
-        self.figures = {name: go.FigureWidget(_figure(RunView(), name)).update_layout(width=PANEL_PX)
+        self.figures = {name: go.FigureWidget(view_figure(RunView(), name)).update_layout(width=PANEL_PX)
                         for name in self.FIGURES}
         self.view = RunView()
         self.result_dict: dict[str, Any] | None = None
@@ -220,7 +202,7 @@ class Dashboard:
         view, now = self.view, time.monotonic()
         self.status.value = f"<b>{view.status}</b> · {view.method} {view.sparsity} · {progress_line(view, now)}"
         for name, widget in self.figures.items():
-            _copy_into(widget, _figure(view, name))
+            _copy_into(widget, view_figure(view, name))
         self.structure.layout.display = "flex" if view.structure.active else "none"
         self.warnings.value = "\n".join(view.warnings)
         self.generations.value = generations_html(view.evals.texts)
@@ -241,7 +223,7 @@ class Dashboard:
 
     def current_figures(self) -> dict[str, Any]:
         """The dashboard's figures for :attr:`view` as plotly figures (the panels a run drew; empty ones left out)."""
-        shown = {name: _figure(self.view, name) for name in self.FIGURES}
+        shown = {name: view_figure(self.view, name) for name in self.FIGURES}
         return {name: fig for name, fig in shown.items() if fig.data}
 
     def save(self, folder: str | Path | None = None, formats: Sequence[str] = FORMATS) -> list[Path]:
