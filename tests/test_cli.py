@@ -76,15 +76,29 @@ def test_prune_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     # tiny-llama's 64- and 128-wide rows are not whole groups of 48: refused before any weight changes
     (["--method", "rtn", "--quant", "int4:g48", "--save-model"], "not a multiple of the group size 48"),
 ])
-def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, argv: list[str], message: str) -> None:
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, argv: list[str], message: str,
+                                                  capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "toolkit", "prune", *TINY, "--out", str(out), *argv],
+    try:
+        code = main(["prune", *TINY, "--out", str(out), *argv])
+    except SystemExit as exc:  # argparse's own refusals exit like the shell would see them
+        code = exc.code
+    stderr = capsys.readouterr().err
+    assert code == 2, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error:") and message in lines[-1]
+    assert "Traceback" not in stderr
+    assert not any(r.status == "finished" for r in list_runs(out))
+
+
+def test_bad_input_from_the_shell_is_one_line_without_a_traceback(tmp_path: Path) -> None:
+    """The same refusal through a real ``python -m toolkit`` process: exit code 2, one error line."""
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "prune", *TINY, "--out", str(tmp_path / "runs"),
+                           "--sparsity", "4:2"],
                           capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert lines[-1].startswith("error:") and message in lines[-1]
-    assert "Traceback" not in proc.stderr
-    assert not any(r.status == "finished" for r in list_runs(out))
+    assert lines[-1].startswith("error:") and "0 < n < m" in lines[-1] and "Traceback" not in proc.stderr
 
 
 def test_methods_lists_options(capsys: pytest.CaptureFixture) -> None:

@@ -12,7 +12,7 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NAMES = ["01_quickstart.ipynb", "02_methods_compared.ipynb",  # in order: 02 reuses 01's Wanda run
          "04_removing_heads_and_channels.ipynb"]
-QUANT = "03_pruning_meets_quantization.ipynb"  # tiny-llama and one synthetic layer: fast, not marked slow
+QUANT = "03_pruning_meets_quantization.ipynb"  # tiny-llama and one synthetic layer (a kernel start: slow tier)
 PLOTLY = "application/vnd.plotly.v1+json"
 
 
@@ -44,6 +44,7 @@ def test_notebook_runs_top_to_bottom(name: str, runs_dir: Path, monkeypatch: pyt
     assert not errors
 
 
+@pytest.mark.slow
 def test_quantization_notebook_runs_and_embeds_its_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from nbclient import NotebookClient
 

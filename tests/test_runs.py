@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import queue
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from toolkit import api
 from toolkit.api import CancelToken, RunConfig, run
 from toolkit.errors import ToolkitError
 from toolkit.events import LayerDone, RunFailed, RunWarning
@@ -53,7 +56,11 @@ def test_interrupted_run_detected(tmp_path: Path) -> None:
     assert open_run(writer.path).status == "interrupted"
 
 
-def test_event_generator_cancel_marks_run_cancelled(tmp_path: Path) -> None:
+def test_event_generator_cancel_marks_run_cancelled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lockstep: a one-slot event queue lets the worker run at most one event ahead of this loop, so the
+    # cancel below lands before the last layer is done on any machine (with the unbounded queue a fast
+    # worker could finish the run before the consumer saw the first LayerDone).
+    monkeypatch.setattr(api, "queue", SimpleNamespace(Queue=lambda: queue.Queue(maxsize=1)))
     token = CancelToken()
     config = RunConfig(model="tiny-llama", nsamples=2, seqlen=32, eval_data=None, out_dir=str(tmp_path))
     kinds = []
