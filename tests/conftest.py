@@ -8,6 +8,15 @@ import torch
 from toolkit.methods.base import LinearStats
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A browser test is also a slow one: it starts the app and drives Chromium (seconds to tens of seconds
+    each), so ``pytest -m "not slow"`` is the quick tier (unit and tiny-model tests) and ``make test``,
+    which selects ``slow or not slow or browser``, still runs every browser test."""
+    for item in items:
+        if item.get_closest_marker("browser") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+
+
 def correlated_stats(width: int, tokens: int = 4096, seed: int = 0) -> tuple[torch.Tensor, LinearStats]:
     """Inputs X (tokens, width) with a random covariance (correlated features) and their Gram mean."""
     gen = torch.Generator().manual_seed(seed)
