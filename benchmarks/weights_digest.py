@@ -8,6 +8,8 @@ apart they are::
 
     python benchmarks/weights_digest.py --runs wanda@50% sparsegpt@2:4 --json before.jsonl
     python benchmarks/weights_digest.py --compare before.jsonl after.jsonl
+
+``--model tiny-llama --nsamples 16 --seqlen 128`` fingerprints the same runs on a tiny model in seconds.
 """
 
 from __future__ import annotations
@@ -43,13 +45,17 @@ def digest(model_dir: Path) -> dict:
     return {"weights_sha256": sha.hexdigest(), "abs_sums": sums, "zeros": zeros}
 
 
-def run(spec: str, out: str) -> dict:
-    """Prune with ``spec`` (no evaluation), save, fingerprint, delete the checkpoint."""
+def run(spec: str, out: str, protocol: argparse.Namespace) -> dict:
+    """Prune ``protocol.model`` with ``spec`` (no evaluation), save, fingerprint, delete the checkpoint.
+
+    ``protocol.nsamples``/``protocol.seqlen`` of None keep the CPU protocol's calibration (32 × 512).
+    """
     from toolkit.api import RunConfig, prune_model
 
     method, sparsity, options = parse_run(spec)
-    config = RunConfig(model="smollm2-135m", method=method, sparsity=sparsity, options=options, eval_data=None,
-                       out_dir=out, save_model=True)
+    sizes = {k: v for k, v in (("nsamples", protocol.nsamples), ("seqlen", protocol.seqlen)) if v is not None}
+    config = RunConfig(model=protocol.model, method=method, sparsity=sparsity, options=options, eval_data=None,
+                       out_dir=out, save_model=True, **sizes)
     result = prune_model(config)
     model_dir = Path(result["run_dir"]) / "model"
     record = {"run": spec, "achieved_sparsity": result["achieved_sparsity"],
@@ -79,12 +85,15 @@ def main() -> None:
     parser.add_argument("--out", default="runs_bench")
     parser.add_argument("--json", default=None)
     parser.add_argument("--compare", nargs=2, default=None)
+    parser.add_argument("--model", default="smollm2-135m", help="a tiny model checks a commit in seconds")
+    parser.add_argument("--nsamples", type=int, default=None, help="calibration sequences (default: 32)")
+    parser.add_argument("--seqlen", type=int, default=None, help="calibration tokens each (default: 512)")
     args = parser.parse_args()
     if args.compare:
         compare(*args.compare)
         return
     for spec in args.runs:
-        record = run(spec, args.out)
+        record = {**run(spec, args.out, args), "model": args.model}
         print(json.dumps({k: v for k, v in record.items() if k != "abs_sums"}), flush=True)
         if args.json:
             with open(args.json, "a", encoding="utf-8") as handle:
