@@ -6,7 +6,11 @@ the machine's default thread settings (torchrun gives each rank OMP_NUM_THREADS=
 another; ``wall_seconds`` is the whole command (loading, evaluation and, under torchrun, the
 ranks' start), ``prune_seconds`` the engine's own time.
 
-    python benchmarks/bench_distributed.py --json benchmarks/results/cpu_distributed.jsonl [--eval-windows N]
+    python benchmarks/bench_distributed.py --json benchmarks/results/cpu_distributed.jsonl [--eval-windows N] \
+        [--threads 1]
+
+With ``--threads 1`` the one-process run uses one thread, as each torchrun rank does, so both sum in
+the same order and the masks can be compared bit for bit.
 
 Lines: ``distributed`` (sparsegpt 50%, propagate dense: masks identical? ppl difference? times)
 and ``forward_dtype`` (wanda 50%: ppl and prune seconds in fp32 and bf16).
@@ -65,7 +69,8 @@ def distributed(out: Path, protocol: list[str]) -> dict[str, Any]:
             "devices_one": one["devices"], "devices_two": two["devices"],
             "prune_seconds_one": one["prune_seconds"], "prune_seconds_two": two["prune_seconds"],
             "wall_seconds_one": one["wall_seconds"], "wall_seconds_two": two["wall_seconds"],
-            "cpu_cores": os.cpu_count(), "note": "machine shared", "protocol": one["protocol"]}
+            "cpu_cores": os.cpu_count(), "threads": protocol[protocol.index("--threads") + 1]
+            if "--threads" in protocol else "default", "note": "machine shared", "protocol": one["protocol"]}
 
 
 def forward_dtype(out: Path, protocol: list[str]) -> dict[str, Any]:
@@ -89,8 +94,11 @@ def main() -> None:
     parser.add_argument("--only", choices=("distributed", "forward_dtype"), default=None)
     parser.add_argument("--json", default=None, help="append the JSON lines to this file")
     parser.add_argument("--eval-windows", type=int, default=None, help="score only the first N windows")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="--threads for every run (1: the one process sums in the ranks' order)")
     args = parser.parse_args()
     protocol = [] if args.eval_windows is None else ["--eval-windows", str(args.eval_windows)]
+    protocol += [] if args.threads is None else ["--threads", str(args.threads)]
     out = Path(tempfile.mkdtemp(prefix="bench-distributed-"))
     try:
         for bench in (forward_dtype, distributed):
