@@ -103,14 +103,14 @@ def lesson_stream(model: str, runs_dir: str, cancel: CancelToken | None = None) 
     if not records:
         yield {"status": f"**⚠ error:** no lesson run finished ({why})"}
         return
-    try:
-        material = lesson_material(records)
+    try:  # reading the runs back and comparing their masks can refuse them (e.g. masks of other shapes)
+        update = material_update(lesson_material(records))
     except ToolkitError as exc:
         yield {"status": f"**⚠ error:** {exc}"}
         return
     seconds = time.monotonic() - start
     note = f"; did not finish: {why}" if why else ""
-    yield {**material_update(material),
+    yield {**update,
            "status": f"**✓ lesson ready** in {format_seconds(seconds, tenths=True)} ({len(records)} runs{note})."}
 
 

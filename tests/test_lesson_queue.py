@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from gate import Gate
+from synthetic_runs import write_run
 
 import toolkit.methods as methods
 from app import forms, lesson_tab
@@ -97,3 +98,11 @@ def test_the_lesson_prunes_only_after_the_run_holding_the_device_ends(tmp_path: 
     assert "✓ finished" in run_updates[-1]["status"]
     assert updates[-1]["status"].startswith("**✓ lesson ready**") and "2 runs" in updates[-1]["status"]
     assert not device_queue("cpu").busy
+
+
+def test_runs_whose_masks_cannot_be_compared_end_in_one_error_line(tmp_path: Path, two_methods: tuple) -> None:
+    shapes = ({"mlp.down_proj": (16, 8)}, {"mlp.down_proj": (8, 16)})
+    for config, shape in zip(lesson.lesson_configs("tiny-llama", str(tmp_path), lesson.METHODS), shapes, strict=True):
+        write_run(tmp_path, config.to_dict(), shapes=shape)
+    *_, last = lesson_stream("tiny-llama", str(tmp_path))
+    assert last["status"].startswith("**⚠ error:** masks have different shapes") and "walkthrough" not in last
