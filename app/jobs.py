@@ -1,7 +1,8 @@
 """Background jobs for the app: one pruning at a time per device, a queue, per-session cancel.
 
 - :class:`DeviceQueue`: a FIFO of tickets; only the head may run, so a run waits its turn and
-  can show its position. One queue per device name (:func:`device_queue`).
+  can show its position. One queue per physical device (:func:`device_queue`), shared by the Run,
+  Sweep and Lesson tabs: one pruning at a time on a device, whichever tab asked.
 - :class:`Job`: drains an event iterator (``toolkit.api.run`` or a sweep) in a worker thread
   into a ``queue.Queue`` so the Gradio handler can poll with a timeout and refresh the page on a
   clock, even while the engine is silent inside a long solve.
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.api import CancelToken
+from toolkit.api import CancelToken, device_slot
 from toolkit.errors import ToolkitError
 
 log = logging.getLogger(__name__)
@@ -78,9 +79,14 @@ _QUEUES_LOCK = threading.Lock()
 
 
 def device_queue(device: str) -> DeviceQueue:
-    """The process-wide queue of ``device`` ("auto", "cpu", "cuda", ...)."""
+    """The process-wide queue of ``device`` ("auto", "cpu", "cuda", ...).
+
+    Names of one physical device share a queue (:func:`toolkit.api.device_slot`: ``auto`` is the
+    cpu queue on a machine without CUDA).
+    """
+    slot = device_slot(device)
     with _QUEUES_LOCK:
-        return _QUEUES.setdefault(device, DeviceQueue())
+        return _QUEUES.setdefault(slot, DeviceQueue())
 
 
 @dataclass

@@ -2,18 +2,21 @@
 
 :func:`lesson_stream` is the handler as a plain generator of ``{output name: value}`` updates (the
 tests drive it directly): first the plan (which runs are reused, how long the others take), then
-progress while missing runs run, then the figures, the generated sentences and the walkthrough.
+its place in the device queue while a Run, a Sweep or another Lesson prunes on the device (the
+queue of :mod:`app.jobs`, one pruning at a time), then progress while the missing runs run, then
+the figures, the generated sentences and the walkthrough.
 """
 
 from __future__ import annotations
 
 import html
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 from app import howto
 from app.howto import Plot
+from app.jobs import device_queue
 from toolkit import lesson, viz_lesson, viz_masks
 from toolkit.api import CancelToken, open_run
 from toolkit.errors import ToolkitError
@@ -23,6 +26,8 @@ from toolkit.live import format_seconds
 from toolkit.sweep import SweepPoint
 
 FIGURES = ("heatmaps", "layers", "masks", "ppl")
+QUEUE_POLL = 0.5  # seconds between two looks at the device queue while the lesson waits its turn
+CANCELLED = "**■ lesson cancelled**; finished runs stay in the store and are reused next time."
 
 
 def plan_markdown(model: str, runs_dir: str) -> str:
@@ -74,45 +79,92 @@ def _progress(event: Any, state: dict[str, Any], plan: lesson.LessonPlan, start:
 
 
 def lesson_stream(model: str, runs_dir: str, cancel: CancelToken | None = None) -> Iterator[dict[str, Any]]:
-    """Plan, run what is missing, then draw; yields updates keyed by output name (``status``, figures, texts)."""
+    """Plan, wait for the device, run what is missing, then draw; yields updates keyed by output name.
+
+    The missing runs wait in the device's queue (``status`` shows the place in line); cancelling,
+    or closing the generator, while queued leaves the queue and runs nothing.
+    """
     try:
         plan = lesson.plan_lesson(model, runs_dir, lesson.METHODS)
     except ToolkitError as exc:
         yield {"status": f"**⚠ error:** {exc}"}
         return
     start = time.monotonic()
-    intro = lesson.plan_text(plan)
-    yield {"plan": intro, "status": "Reading the stored runs…" if not plan.to_run else "Starting the first run…"}
-    stored = dict(plan.stored)
-    state: dict[str, Any] = {}
-    failed: dict[str, str] = {}
+    yield {"plan": lesson.plan_text(plan), "status": "Reading the stored runs…" if not plan.to_run else
+           "Starting the first run…"}
+    stored, failed = dict(plan.stored), {}
+    if plan.to_run:
+        ended = yield from _queued_runs(plan, runs_dir, cancel or CancelToken(), stored, failed)
+        if ended:
+            yield {"status": ended}
+            return
+    records = {m: r for m, r in stored.items() if r is not None}
+    why = "; ".join(f"{name}: {error}" for name, error in failed.items())
+    if not records:
+        yield {"status": f"**⚠ error:** no lesson run finished ({why})"}
+        return
+    try:  # reading the runs back and comparing their masks can refuse them (e.g. masks of other shapes)
+        update = material_update(lesson_material(records))
+    except ToolkitError as exc:
+        yield {"status": f"**⚠ error:** {exc}"}
+        return
+    seconds = time.monotonic() - start
+    note = f"; did not finish: {why}" if why else ""
+    yield {**update,
+           "status": f"**✓ lesson ready** in {format_seconds(seconds, tenths=True)} ({len(records)} runs{note})."}
+
+
+def queued_line(ahead: int, device: str) -> str:
+    """The status line while the lesson waits for the device."""
+    return (f"**… queued** · position {ahead} in line for device `{device}` ({ahead} "
+            f"job{'s' if ahead != 1 else ''} ahead of the lesson; one pruning at a time); the lesson's runs "
+            "start when the device is free.")
+
+
+def _queued_runs(plan: lesson.LessonPlan, runs_dir: str, cancel: CancelToken, stored: dict[str, Any],
+                 failed: dict[str, str]) -> Generator[dict[str, Any], None, str]:
+    """Wait for the device, then run the missing runs into ``stored`` / ``failed``.
+
+    Returns a closing status line when the lesson ended early (cancelled), else "". The device is
+    given back (or the queue left) however it ends, a closed generator included.
+    """
+    device = plan.to_run[0].device
+    line = device_queue(device)
+    ticket = line.join()
+    try:
+        waited = False
+        while not line.try_start(ticket):
+            if cancel.cancelled:
+                return "**■ lesson cancelled** while waiting in the queue; nothing was run."
+            waited = True
+            yield {"status": queued_line(line.position(ticket), device)}
+            time.sleep(QUEUE_POLL)
+        if waited:  # runs another job made while the lesson waited are reused
+            plan = lesson.plan_lesson(plan.configs[0].model, runs_dir, [c.method for c in plan.configs])
+            stored.update(plan.stored)
+            yield {"plan": lesson.plan_text(plan), "status": "Device free: starting the first run…"}
+        return (yield from _run_missing(plan, runs_dir, cancel, stored, failed))
+    finally:
+        line.leave(ticket)
+
+
+def _run_missing(plan: lesson.LessonPlan, runs_dir: str, cancel: CancelToken, stored: dict[str, Any],
+                 failed: dict[str, str]) -> Generator[dict[str, Any], None, str]:
+    """Run the plan's missing runs (the device is held), yielding progress; returns :data:`CANCELLED` or ""."""
+    start, state = time.monotonic(), {}
     for item in lesson.run_lesson(plan, cancel):
         if isinstance(item, SweepPoint):
             if item.status == "finished" and item.run_id:
                 stored[item.method] = open_run(f"{runs_dir}/{item.run_id}")
             elif item.status == "cancelled":
-                yield {"status": "**■ lesson cancelled**; finished runs stay in the store and are reused next time."}
-                return
+                return CANCELLED
             else:
                 failed[lesson.LABELS.get(item.method, item.method)] = item.error
             continue
         line = _progress(item, state, plan, start)
         if line:
             yield {"status": line}
-    records = {m: r for m, r in stored.items() if r is not None}
-    why = "; ".join(f"{name}: {error}" for name, error in failed.items())
-    if not records:
-        yield {"status": f"**⚠ error:** no lesson run finished ({why})"}
-        return
-    try:
-        material = lesson_material(records)
-    except ToolkitError as exc:
-        yield {"status": f"**⚠ error:** {exc}"}
-        return
-    seconds = time.monotonic() - start
-    note = f"; did not finish: {why}" if why else ""
-    yield {**material_update(material),
-           "status": f"**✓ lesson ready** in {format_seconds(seconds, tenths=True)} ({len(records)} runs{note})."}
+    return ""
 
 
 def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:

@@ -5,7 +5,8 @@
 - :func:`run`: an event generator (the engine runs in a worker thread so solver events arrive
   live); closing the generator cancels the run.
 - :func:`prune_model`: the same run, drained, with an ``on_event`` callback; returns the result.
-- :func:`list_methods`, :func:`list_runs`, :func:`open_run`: registry and run store for the UIs.
+- :func:`list_methods`, :func:`list_runs`, :func:`open_run`: registry and run store for the UIs;
+  :func:`device_slot`: which physical device a job waits for.
 """
 
 from __future__ import annotations
@@ -189,6 +190,21 @@ class CancelToken:
     def cancelled(self) -> bool:
         """True once :meth:`cancel` was called."""
         return self._event.is_set()
+
+
+def device_slot(device: str) -> str:
+    """The device a run asked for with ``device`` would prune on, as one name per physical device.
+
+    ``auto`` is cuda when a CUDA device is available, else cpu (as the engine resolves it), and
+    ``cuda`` is ``cuda:0``, so jobs that asked in different words wait for the same device. A
+    name the engine would refuse is returned as given (the run itself says what is wrong).
+    """
+    name = (device or "auto").strip().lower()
+    if name == "auto":
+        import torch  # only here: resolving "auto" needs to know whether CUDA is there
+
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda:0" if name == "cuda" else name
 
 
 def list_methods() -> list[dict[str, Any]]:
