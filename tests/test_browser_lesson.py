@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,15 +39,15 @@ def test_the_lesson_button_reuses_the_stored_runs_and_draws_four_perplexity_bars
         page.get_by_role("tab", name="Lesson").click()
         plan = wait_for_text(page, "#lesson-plan", "Every run is in the store", timeout=30)
         assert "Reused from the run store: magnitude" in plan and "FISTAPruner" in plan
-        start = time.monotonic()
         page.click("#lesson-button")
         wait_for_text(page, "#lesson-status", "lesson ready", timeout=60)
-        seconds = time.monotonic() - start
         bars = page.locator("#lesson-ppl .barlayer .point")
+        bars.nth(3).wait_for(timeout=60_000)  # plotly draws after the status text lands (seconds on a busy machine)
         assert bars.count() == 4
         labels = page.text_content("#lesson-ppl .xaxislayer-above") or ""
         assert all(name in labels for name in ("magnitude", "Wanda", "SparseGPT", "FISTAPruner"))
-        assert page.locator("#lesson-heatmaps g.hm").count() == 4
+        heatmaps = page.locator("#lesson-heatmaps g.hm")
+        heatmaps.nth(3).wait_for(timeout=60_000)
+        assert heatmaps.count() == 4
         assert "Perplexity" in page.inner_text("#lesson-walkthrough")
-    assert sorted(p.name for p in seeded.iterdir()) == before  # nothing ran
-    assert seconds < 30
+    assert sorted(p.name for p in seeded.iterdir()) == before  # nothing ran (how fast: benchmarks/bench_lesson.py)

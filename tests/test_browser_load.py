@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow,
 SESSIONS = 5
 LOAD_BOUND_S = 10.0  # generous for a 2-core CI machine; benchmarks/bench_app_load.py measures the real figure
 SLOWDOWN = 3.0  # on a machine whose idle page load is already slow: at most this many times the idle load
-SERVER_BOUND_S = 2.0  # the server's part of a page load (HTML received)
+SERVER_BOUND_S = 2.0  # the server's part of a page load (HTML received); on a busy machine: SLOWDOWN × its idle part
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,8 @@ def test_five_sessions_queue_finish_or_cancel_and_the_page_stays_fast(app: tuple
     gate.close()
     try:
         with browser() as chromium:
-            idle = max(page_load_seconds(chromium, url)[0] for _ in range(2))
+            idle_timings = [page_load_seconds(chromium, url) for _ in range(2)]
+            idle, idle_document = max(t for t, _ in idle_timings), max(d for _, d in idle_timings)
             pages = [session_page(chromium, url) for _ in range(SESSIONS)]
             for page in pages:
                 pick(page, "run-method", Gate.NAME)
@@ -96,7 +97,9 @@ def test_five_sessions_queue_finish_or_cancel_and_the_page_stays_fast(app: tuple
             loads = [total for total, _ in timings]
             print(f"\nfresh page load while 4 runs queue: {', '.join(f'{s:.2f}' for s in loads)} s "
                   f"(HTML from the server after {', '.join(f'{d:.2f}' for _, d in timings)} s; idle {idle:.2f} s)")
-            assert max(document for _, document in timings) < SERVER_BOUND_S, timings
+            documents = [document for _, document in timings]
+            document_bound = max(SERVER_BOUND_S, SLOWDOWN * idle_document)
+            assert statistics.median(documents) < document_bound, (timings, idle_document)
             assert statistics.median(loads) < max(LOAD_BOUND_S, SLOWDOWN * idle), (loads, idle)
             last = others[positions.index(max(p for p in positions if p is not None))]
             dom_click(last, "#cancel-button")
