@@ -8,6 +8,7 @@ depend on how fast the machine is.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,13 @@ from browser_app import (
     Gate,
     browser,
     chromium_path,
+    dom_click,
     open_page,
+    pick,
     registered,
     serve,
+    status,
+    wait_for_linears,
     wait_for_text,
 )
 from synthetic_runs import write_run
@@ -38,6 +43,21 @@ DRAWN_JS = """(selector) => {
   const clean = (x) => JSON.parse(JSON.stringify(x, (k, v) => (k.startsWith('_') ? undefined : v)));
   return {data: plot._fullData.map(clean), layout: clean(plot._fullLayout)};
 }"""
+# Records, at each frame in which the page changed, the titles both solver panels show (when they changed).
+PAIRS_JS = """() => {
+  window._pairs = []; let due = false;
+  const title = (id) => { const t = document.querySelector(id + ' .gtitle'); return t ? t.textContent : ''; };
+  const sample = () => {
+    due = false;
+    const pair = [title('#run-solver'), title('#run-lambda')], last = window._pairs[window._pairs.length - 1];
+    if (!last || last[0] !== pair[0] || last[1] !== pair[1]) window._pairs.push(pair);
+  };
+  const note = () => { if (!due) { due = true; requestAnimationFrame(sample); } };
+  // the panels are not in the page until they are shown: watch the whole page
+  new MutationObserver(note).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+TEXTS_JS = "els => els.map(e => e.textContent)"
+LINEAR = re.compile(r"layer (\d+) · (\S+)")
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +158,94 @@ def test_overlap_chart_is_iou_of_kept_weights_beside_its_chance_baseline(url: st
     names = [trace["name"] for trace in every["data"]]
     assert len(names) == 2 and names[0].startswith("IoU") and "pq/(p+q−pq)" in names[1], names
     assert every["data"][1]["line"]["dash"] == "dot"
+
+
+def filled_cells(figure: dict[str, Any]) -> dict[tuple[int, int], float]:
+    """``{(row, column): z}`` of the heat-map's filled cells (z is log10 of the relative error)."""
+    rows = figure["data"][0]["z"]
+    return {(i, j): value for i, row in enumerate(rows) for j, value in enumerate(row) if value is not None}
+
+
+def test_heatmap_keeps_its_stated_colour_scale_and_cell_values_as_the_run_goes(url: str, chromium: Any,
+                                                                                held: Gate) -> None:
+    page = open_page(chromium, url)
+    pick(page, "run-method", Gate.NAME)
+    held.release(1)
+    dom_click(page, "#run-button")
+    wait_for_linears(page, 1)
+    early = drawn(page, "#run-heatmap")
+    assert early is not None
+    ((cell, value),) = filled_cells(early).items()
+    held.release(7)  # the rest of layer 0 and the first linear of layer 1
+    wait_for_linears(page, 8)
+    middle = drawn(page, "#run-heatmap")
+    held.open()
+    wait_for_text(page, "#run-status", "✓ finished")
+    wait_for_linears(page, 14)
+    late = drawn(page, "#run-heatmap")
+    for moment in (early, middle, late):
+        assert moment is not None
+        trace = moment["data"][0]
+        assert (trace["zmin"], trace["zmax"]) == (-4, 0)  # log10 of the stated 1e-4…1, never the running maximum
+        assert filled_cells(moment)[cell] == value  # the first cell keeps its value, hence its colour
+    assert len(filled_cells(middle)) == 8 and len(filled_cells(late)) == 14
+    colorbar = page.text_content("#run-heatmap .colorbar") or ""
+    assert "fixed 0.0001…1" in colorbar, colorbar
+
+
+def test_status_line_heatmap_and_panels_count_layers_from_zero(url: str, chromium: Any, held: Gate) -> None:
+    page = open_page(chromium, url)
+    pick(page, "run-method", Gate.NAME)
+    held.release(8)  # layer 0 (7 linears) and the first linear of layer 1; the run then waits
+    dom_click(page, "#run-button")
+    wait_for_linears(page, 8)
+    wait_for_text(page, "#run-status", "1 of 2 layers done")
+    page.wait_for_function("() => /layer 1 ·/.test(document.querySelector('#run-lambda .gtitle')?.textContent)",
+                           timeout=60000)
+    page.wait_for_function("() => (document.querySelector('#run-layers .js-plotly-plot')?._fullData?.[0]?.x || [])"
+                           ".length === 1", timeout=60000)
+    line = status(page)
+    now = re.search(r"pruning layer (\d+)", line)
+    assert now is not None, line
+    heatmap = drawn(page, "#run-heatmap")
+    assert heatmap is not None
+    rows = {row for row, _ in filled_cells(heatmap)}
+    assert rows == {0, 1} and int(now.group(1)) == max(rows) == 1, (line, rows)  # the row being filled is the one named
+    ticks = page.eval_on_selector_all("#run-heatmap .yaxislayer-above .ytick text", TEXTS_JS)
+    assert sorted(ticks) == ["0", "1"], ticks  # the heat-map's rows are layers 0 and 1
+    layers = drawn(page, "#run-layers")
+    assert layers is not None and layers["data"][0]["x"] == [0]  # the one finished layer is layer 0
+    for panel in ("#run-solver", "#run-lambda"):
+        title = page.text_content(f"{panel} .gtitle") or ""
+        found = LINEAR.search(title)
+        assert found and found.group(1) == "1", title
+
+
+def test_fista_panels_name_one_linear_with_whole_rounds_and_a_legend(url: str, chromium: Any, held: Gate) -> None:
+    page = open_page(chromium, url)
+    pick(page, "run-method", Gate.NAME)
+    page.evaluate(PAIRS_JS)
+    dom_click(page, "#run-button")
+    for done in (1, 2, 3):  # one linear at a time, then the rest at full speed
+        held.release(1)
+        wait_for_linears(page, done)
+    page.wait_for_selector("#run-lambda .legend", timeout=60000)
+    legend = page.text_content("#run-lambda .legend") or ""
+    for name in ("λ high", "λ low", "E_round/E_total", "ξ", "sparsity before rounding"):
+        assert name in legend, legend
+    solver = drawn(page, "#run-solver")
+    assert solver is not None
+    marker = solver["data"][0]["marker"]
+    assert all(float(tick).is_integer() for tick in marker["colorbar"]["tickvals"]), marker["colorbar"]
+    labels = page.eval_on_selector_all("#run-solver .colorbar .cbaxis text", TEXTS_JS)
+    assert labels and all(re.fullmatch(r"\d+", label) for label in labels), labels  # rounds are whole numbers
+    lam = drawn(page, "#run-lambda")
+    assert lam is not None and lam["layout"]["yaxis3"]["range"] == [0, 1]  # sparsity before rounding: 0…100 %
+    held.open()
+    wait_for_text(page, "#run-status", "✓ finished")
+    pairs = page.evaluate("window._pairs")
+    named = [(LINEAR.search(a), LINEAR.search(b)) for a, b in pairs]
+    shown = [(a.groups(), b.groups()) for a, b in named if a and b]
+    assert len({a for a, _ in shown}) >= 3, pairs  # the panels moved through several linears
+    mismatched = [pair for pair in shown if pair[0] != pair[1]]
+    assert not mismatched, f"the panels named different linears in one frame: {mismatched[:5]}"
