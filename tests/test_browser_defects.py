@@ -23,6 +23,7 @@ from browser_app import (
     pick,
     registered,
     serve,
+    set_extra_options,
     status,
     wait_for_linears,
     wait_for_text,
@@ -56,6 +57,7 @@ PAIRS_JS = """() => {
   // the panels are not in the page until they are shown: watch the whole page
   new MutationObserver(note).observe(document.body, {subtree: true, childList: true, characterData: true});
 }"""
+SLOW = 600  # seconds: a generous bound for a loaded 2-core machine, never reached on a free one
 TEXTS_JS = "els => els.map(e => e.textContent)"
 LINEAR = re.compile(r"layer (\d+) · (\S+)")
 
@@ -166,83 +168,89 @@ def filled_cells(figure: dict[str, Any]) -> dict[tuple[int, int], float]:
     return {(i, j): value for i, row in enumerate(rows) for j, value in enumerate(row) if value is not None}
 
 
+def start_held_run(page: Any, gate: Gate, linears: int) -> None:
+    """Start a gated FISTAPruner run (three outer rounds per linear) that solves ``linears`` linears, then waits."""
+    pick(page, "run-method", Gate.NAME)
+    set_extra_options(page, "max_rounds=3")
+    gate.release(linears)
+    dom_click(page, "#run-button")
+
+
+def cancel_run(page: Any) -> None:
+    """Cancel the page's run and wait until it says so: the next test's run then starts at once, not queued."""
+    dom_click(page, "#cancel-button")
+    wait_for_text(page, "#run-status", "cancelled", timeout=SLOW)
+
+
 def test_heatmap_keeps_its_stated_colour_scale_and_cell_values_as_the_run_goes(url: str, chromium: Any,
                                                                                 held: Gate) -> None:
     page = open_page(chromium, url)
-    pick(page, "run-method", Gate.NAME)
-    held.release(1)
-    dom_click(page, "#run-button")
-    wait_for_linears(page, 1)
+    start_held_run(page, held, 1)
+    wait_for_linears(page, 1, timeout=SLOW)
     early = drawn(page, "#run-heatmap")
     assert early is not None
     ((cell, value),) = filled_cells(early).items()
     held.release(7)  # the rest of layer 0 and the first linear of layer 1
-    wait_for_linears(page, 8)
-    middle = drawn(page, "#run-heatmap")
-    held.open()
-    wait_for_text(page, "#run-status", "✓ finished")
-    wait_for_linears(page, 14)
-    late = drawn(page, "#run-heatmap")
-    for moment in (early, middle, late):
+    wait_for_linears(page, 8, timeout=SLOW)
+    later = drawn(page, "#run-heatmap")
+    colorbar = page.text_content("#run-heatmap .colorbar") or ""
+    cancel_run(page)
+    for moment in (early, later):
         assert moment is not None
         trace = moment["data"][0]
         assert (trace["zmin"], trace["zmax"]) == (-4, 0)  # log10 of the stated 1e-4…1, never the running maximum
         assert filled_cells(moment)[cell] == value  # the first cell keeps its value, hence its colour
-    assert len(filled_cells(middle)) == 8 and len(filled_cells(late)) == 14
-    colorbar = page.text_content("#run-heatmap .colorbar") or ""
+    assert later is not None and len(filled_cells(later)) == 8
     assert "fixed 0.0001…1" in colorbar, colorbar
 
 
 def test_status_line_heatmap_and_panels_count_layers_from_zero(url: str, chromium: Any, held: Gate) -> None:
     page = open_page(chromium, url)
-    pick(page, "run-method", Gate.NAME)
-    held.release(8)  # layer 0 (7 linears) and the first linear of layer 1; the run then waits
-    dom_click(page, "#run-button")
-    wait_for_linears(page, 8)
-    wait_for_text(page, "#run-status", "1 of 2 layers done")
+    start_held_run(page, held, 8)  # layer 0 (7 linears) and the first linear of layer 1; the run then waits
+    wait_for_linears(page, 8, timeout=SLOW)
+    wait_for_text(page, "#run-status", "1 of 2 layers done", timeout=SLOW)
     page.wait_for_function("() => /layer 1 ·/.test(document.querySelector('#run-lambda .gtitle')?.textContent)",
-                           timeout=60000)
+                           timeout=SLOW * 1000)
     page.wait_for_function("() => (document.querySelector('#run-layers .js-plotly-plot')?._fullData?.[0]?.x || [])"
-                           ".length === 1", timeout=60000)
+                           ".length === 1", timeout=SLOW * 1000)
     line = status(page)
+    heatmap, layers = drawn(page, "#run-heatmap"), drawn(page, "#run-layers")
+    ticks = page.eval_on_selector_all("#run-heatmap .yaxislayer-above .ytick text", TEXTS_JS)
+    titles = [page.text_content(f"{panel} .gtitle") or "" for panel in ("#run-solver", "#run-lambda")]
+    cancel_run(page)
     now = re.search(r"pruning layer (\d+)", line)
     assert now is not None, line
-    heatmap = drawn(page, "#run-heatmap")
-    assert heatmap is not None
+    assert heatmap is not None and layers is not None
     rows = {row for row, _ in filled_cells(heatmap)}
     assert rows == {0, 1} and int(now.group(1)) == max(rows) == 1, (line, rows)  # the row being filled is the one named
-    ticks = page.eval_on_selector_all("#run-heatmap .yaxislayer-above .ytick text", TEXTS_JS)
     assert sorted(ticks) == ["0", "1"], ticks  # the heat-map's rows are layers 0 and 1
-    layers = drawn(page, "#run-layers")
-    assert layers is not None and layers["data"][0]["x"] == [0]  # the one finished layer is layer 0
-    for panel in ("#run-solver", "#run-lambda"):
-        title = page.text_content(f"{panel} .gtitle") or ""
+    assert layers["data"][0]["x"] == [0]  # the one finished layer is layer 0
+    for title in titles:
         found = LINEAR.search(title)
         assert found and found.group(1) == "1", title
 
 
 def test_fista_panels_name_one_linear_with_whole_rounds_and_a_legend(url: str, chromium: Any, held: Gate) -> None:
     page = open_page(chromium, url)
-    pick(page, "run-method", Gate.NAME)
     page.evaluate(PAIRS_JS)
-    dom_click(page, "#run-button")
-    for done in (1, 2, 3):  # one linear at a time, then the rest at full speed
+    start_held_run(page, held, 1)
+    for done in (1, 2):  # one linear at a time
+        wait_for_linears(page, done, timeout=SLOW)
         held.release(1)
-        wait_for_linears(page, done)
-    page.wait_for_selector("#run-lambda .legend", timeout=60000)
+    page.wait_for_selector("#run-lambda .legend", timeout=SLOW * 1000)
     legend = page.text_content("#run-lambda .legend") or ""
+    solver, lam = drawn(page, "#run-solver"), drawn(page, "#run-lambda")
+    labels = page.eval_on_selector_all("#run-solver .colorbar .cbaxis text", TEXTS_JS)
+    held.release(5)  # then five linears at full speed: the panels redraw as fast as the run goes
+    wait_for_linears(page, 8, timeout=SLOW)
+    cancel_run(page)
     for name in ("λ high", "λ low", "E_round/E_total", "ξ", "sparsity before rounding"):
         assert name in legend, legend
-    solver = drawn(page, "#run-solver")
-    assert solver is not None
+    assert solver is not None and lam is not None
     marker = solver["data"][0]["marker"]
     assert all(float(tick).is_integer() for tick in marker["colorbar"]["tickvals"]), marker["colorbar"]
-    labels = page.eval_on_selector_all("#run-solver .colorbar .cbaxis text", TEXTS_JS)
     assert labels and all(re.fullmatch(r"\d+", label) for label in labels), labels  # rounds are whole numbers
-    lam = drawn(page, "#run-lambda")
-    assert lam is not None and lam["layout"]["yaxis3"]["range"] == [0, 1]  # sparsity before rounding: 0…100 %
-    held.open()
-    wait_for_text(page, "#run-status", "✓ finished")
+    assert lam["layout"]["yaxis3"]["range"] == [0, 1]  # sparsity before rounding: 0…100 %
     pairs = page.evaluate("window._pairs")
     named = [(LINEAR.search(a), LINEAR.search(b)) for a, b in pairs]
     shown = [(a.groups(), b.groups()) for a, b in named if a and b]
