@@ -238,6 +238,8 @@ def test_fista_panels_name_one_linear_with_whole_rounds_and_a_legend(url: str, c
         wait_for_linears(page, done, timeout=SLOW)
         held.release(1)
     page.wait_for_selector("#run-lambda .legend", timeout=SLOW * 1000)
+    page.wait_for_function("() => !!document.querySelector('#run-lambda .js-plotly-plot')?._fullLayout?.yaxis3",
+                           timeout=SLOW * 1000)  # the λ panel's third axis is drawn a moment after its legend
     legend = page.text_content("#run-lambda .legend") or ""
     solver, lam = drawn(page, "#run-solver"), drawn(page, "#run-lambda")
     labels = page.eval_on_selector_all("#run-solver .colorbar .cbaxis text", TEXTS_JS)
