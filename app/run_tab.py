@@ -7,6 +7,7 @@ most every :data:`PERIOD` seconds, with only the figures that changed. :func:`bu
 tab out and wires it.
 """
 
+import json
 import logging
 import math
 import time
@@ -28,6 +29,7 @@ PERIOD = 0.25  # seconds between refreshes of the status line while a run stream
 FIGURE_PERIOD = 0.5  # a figure at most twice a second: a redraw costs the browser far more than text
 FIGURES_PER_TICK = 2  # and at most two figures a tick, the longest-waiting first, to keep the page responsive
 QUEUE_POLL = 0.5
+CLICKED = "**▶ sent** · checking the form and asking for the device…"  # drawn by the page itself on a click
 
 
 def error_status(message: str) -> str:
@@ -339,6 +341,9 @@ def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[s
     def cancel(request: gr.Request) -> str:  # pyright: ignore[reportInvalidTypeForm]
         return cancel_message(session_of(request), runs_dir)
 
+    # the status line answers the click at once, in the page, before the server's first update arrives
+    form.run_button.click(None, js=f"() => {json.dumps(CLICKED)}", outputs=outputs["status"], queue=False,
+                          show_progress="hidden")
     run_event = form.run_button.click(handler, inputs={*form.inputs, history}, outputs=list(targets.values()),
                                       concurrency_limit=16, show_progress="hidden")
     form.cancel_button.click(cancel, inputs=None, outputs=outputs["status"], cancels=[run_event],

@@ -226,3 +226,15 @@ def test_out_of_range_input_stays_in_the_status_line_and_solver_panels_hide(url:
     wait_for_text(page, "#run-status", "✓ finished")
     assert not page.locator("#run-solver").is_visible() and not page.locator("#run-lambda").is_visible()
     assert "layers done" in status(page)
+
+
+def test_the_status_line_answers_the_click_before_the_server_does(url: str, chromium: Any) -> None:
+    """The page writes "▶ sent" itself on the click, so the status says what is happening from the first
+    moment, however long the server takes to send its first update (seconds on a busy machine)."""
+    page = open_page(chromium, url)
+    pick(page, "run-method", "wanda")
+    page.evaluate(WATCH_JS)
+    wait_for_text(page, "#run-status", "✓ finished")
+    said = [text for _, _, text in recorded(page) if "▶" in (text or "") or "✓" in (text or "")]
+    assert said and "▶ sent" in said[0], said[:3]
+    assert any("▶ starting" in text or "▶ running" in text for text in said[1:]), said  # the server took over
