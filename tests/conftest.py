@@ -1,9 +1,14 @@
-"""Shared fixtures: correlated calibration statistics and a temporary cache for converted models."""
+"""Shared fixtures: correlated calibration statistics, and for the browser tests the run gate and Chromium."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 import torch
+from browser_app import browser
+from gate import Gate, registered
 
 from toolkit.methods.base import LinearStats
 
@@ -30,3 +35,27 @@ def correlated_stats(width: int, tokens: int = 4096, seed: int = 0) -> tuple[tor
 def stats256() -> tuple[torch.Tensor, LinearStats]:
     """Correlated inputs of width 256."""
     return correlated_stats(256)
+
+
+@pytest.fixture(scope="module")
+def gate() -> Iterator[Gate]:
+    """The test hook that holds a run before each linear (registered before a module's app is built)."""
+    with registered(Gate()) as hook:
+        yield hook
+
+
+@pytest.fixture
+def held(gate: Gate) -> Iterator[Gate]:
+    """The gate closed at the start of a test and opened at its end (a failing test leaves no run hanging)."""
+    gate.close()
+    try:
+        yield gate
+    finally:
+        gate.open()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """One headless Debian Chromium per browser test module."""
+    with browser() as instance:
+        yield instance

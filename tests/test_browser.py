@@ -18,7 +18,6 @@ import pytest
 from browser_app import (
     WATCH_JS,
     Gate,
-    browser,
     chromium_path,
     enter,
     first_cell_seconds,
@@ -26,7 +25,6 @@ from browser_app import (
     open_page,
     pick,
     recorded,
-    registered,
     serve,
     status,
     wait_for_linears,
@@ -46,32 +44,9 @@ def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def gate() -> Iterator[Gate]:
-    """The test hook that holds a run before each linear (registered before the app is built)."""
-    with registered(Gate()) as hook:
-        yield hook
-
-
-@pytest.fixture(scope="module")
 def url(runs_dir: Path, gate: Gate) -> Iterator[str]:
     with serve(str(runs_dir)) as address:
         yield address
-
-
-@pytest.fixture
-def held(gate: Gate) -> Iterator[Gate]:
-    """The gate closed at the start of a test and opened at its end (a failing test leaves no run hanging)."""
-    gate.close()
-    try:
-        yield gate
-    finally:
-        gate.open()
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    with browser() as instance:
-        yield instance
 
 
 def test_build_app_returns_blocks(runs_dir: Path) -> None:

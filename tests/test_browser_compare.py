@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from browser_app import browser, chromium_path, enter, open_page, serve, wait_for_text
+from browser_app import chromium_path, enter, open_page, serve, wait_for_text
 from synthetic_runs import write_run
 
 pytestmark = [pytest.mark.browser,
@@ -22,12 +22,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list
                      shapes=SHAPES).name for seed, method in enumerate(("wanda", "sparsegpt"))]
     with serve(str(runs_dir)) as address:
         yield address, ids
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    with browser() as instance:
-        yield instance
 
 
 def test_compare_zooms_a_tile_and_colours_the_difference_by_category(served: tuple[str, list[str]],

@@ -16,12 +16,10 @@ from typing import Any
 import pytest
 from browser_app import (
     Gate,
-    browser,
     chromium_path,
     dom_click,
     open_page,
     pick,
-    registered,
     serve,
     set_extra_options,
     status,
@@ -74,32 +72,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def gate() -> Iterator[Gate]:
-    """The test hook that holds a run before each linear (registered before the app is built)."""
-    with registered(Gate()) as hook:
-        yield hook
-
-
-@pytest.fixture(scope="module")
 def url(store: dict[str, Path], gate: Gate) -> Iterator[str]:
     with serve(str(next(iter(store.values())).parent)) as address:
         yield address
-
-
-@pytest.fixture
-def held(gate: Gate) -> Iterator[Gate]:
-    """The gate closed at the start of a test and opened at its end (a failing test leaves no run hanging)."""
-    gate.close()
-    try:
-        yield gate
-    finally:
-        gate.open()
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    with browser() as instance:
-        yield instance
 
 
 def drawn(page: Any, selector: str) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from browser_app import browser, chromium_path, open_page, pick, serve
+from browser_app import chromium_path, open_page, pick, serve
 from synthetic_runs import write_run
 
 pytestmark = [pytest.mark.browser,
@@ -27,12 +27,6 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     write_run(runs_dir, {"model": "tiny-llama", "method": "wanda", "sparsity": "50%"}, seed=1)
     with serve(str(runs_dir)) as address:
         yield address
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    with browser() as instance:
-        yield instance
 
 
 def inside(page: Any, selector: str) -> tuple[bool, Any]:

@@ -23,7 +23,6 @@ from browser_app import (
     page_load_seconds,
     pick,
     queue_position,
-    registered,
     serve,
     session_page,
     wait_for_text,
@@ -38,12 +37,6 @@ SESSIONS = 5
 LOAD_BOUND_S = 10.0  # generous for a 2-core CI machine; benchmarks/bench_app_load.py measures the real figure
 SLOWDOWN = 3.0  # on a machine whose idle page load is already slow: at most this many times the idle load
 SERVER_BOUND_S = 2.0  # the server's part of a page load (HTML received); on a busy machine: SLOWDOWN × its idle part
-
-
-@pytest.fixture(scope="module")
-def gate() -> Iterator[Gate]:
-    with registered(Gate()) as hook:
-        yield hook
 
 
 @pytest.fixture(scope="module")
