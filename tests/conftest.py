@@ -48,10 +48,12 @@ def gate() -> Iterator[Gate]:
 def held(gate: Gate) -> Iterator[Gate]:
     """The gate closed at the start of a test and opened at its end (a failing test leaves no run hanging)."""
     gate.close()
+    start = len(gate.log)
     try:
         yield gate
     finally:
         gate.open()
+        print("gate log of this test:", *gate.log[max(0, start - 12):], sep="\n  ")  # shown when the test fails
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,20 +25,37 @@ class Gate:
         from toolkit.methods import get_method
 
         self._permits = threading.Semaphore(0)
+        self.log: list[str] = []  # what happened at the gate, in order (printed when a held test fails)
         spec = get_method(base)
         self.spec = dataclasses.replace(spec, name=self.NAME, fn=self._gated(spec.fn),
                                         summary=f"test hook: {base}, one linear per release")
 
     def _gated(self, solve: Callable[..., Any]) -> Callable[..., Any]:
         def gated(W: Any, stats: Any, target: Any, cfg: Any, ctx: Any) -> Any:
-            while not self._permits.acquire(timeout=0.05):
+            # cancellation is checked before every try, so a cancelled run never takes a permit: its worker
+            # may still be alive when the next test closes the gate and releases permits for its own run
+            self._note(f"layer {ctx.layer} {ctx.name} waits")
+            try:
                 ctx.check_cancel()
-            return solve(W, stats, target, cfg, ctx)
+                while not self._permits.acquire(timeout=0.05):
+                    ctx.check_cancel()
+            except BaseException:
+                self._note(f"layer {ctx.layer} {ctx.name} cancelled at the gate")
+                raise
+            self._note(f"layer {ctx.layer} {ctx.name} passes")
+            try:
+                return solve(W, stats, target, cfg, ctx)
+            finally:
+                self._note(f"layer {ctx.layer} {ctx.name} solved or stopped")
 
         return gated
 
+    def _note(self, what: str) -> None:
+        self.log.append(f"{time.monotonic():.3f} [{threading.current_thread().name}] {what}")
+
     def release(self, linears: int = 1) -> None:
         """Let ``linears`` more linears be solved."""
+        self._note(f"release {linears}")
         self._permits.release(linears)
 
     def open(self) -> None:
@@ -46,6 +64,7 @@ class Gate:
 
     def close(self) -> None:
         """Hold the next linear again (permits left over are dropped)."""
+        self._note("close")
         self._permits = threading.Semaphore(0)
 
 
@@ -84,8 +103,8 @@ class EvalGate:
                     if first[0]:
                         first[0] = False
                         gate.held.append((phase, what))
-                        while not gate._permits.acquire(timeout=0.05):
-                            if self.cancelled():
+                        while self.cancelled() or not gate._permits.acquire(timeout=0.05):
+                            if self.cancelled():  # checked before every try: a cancelled run takes no permit
                                 raise RunCancelled("cancelled")
 
                 return held
