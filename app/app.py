@@ -31,6 +31,9 @@ def build_app(default_model: str = "smollm2-135m", runs_dir: str = "runs"):  # n
     """The dashboard as a ``gr.Blocks`` (not launched); runs are stored under ``runs_dir``."""
     import gradio as gr
 
+    from app.whole_updates import install
+
+    install()  # streamed plots are sent whole, so a lost update cannot leave one stale (app/whole_updates.py)
     runs_dir = str(runs_dir)
     with gr.Blocks(title=TITLE) as demo:
         gr.Markdown(f"## {TITLE}\n{INTRO}")
