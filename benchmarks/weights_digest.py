@@ -6,7 +6,7 @@ the keep-mask digest, and per-linear float sums, so two commits can be compared 
 digest ⇒ same weights ⇒ same perplexity) or, where float summation order differs, by how far
 apart they are::
 
-    python benchmarks/weights_digest.py --runs wanda@50% sparsegpt@2:4 --json before.jsonl
+    python benchmarks/weights_digest.py --runs wanda@50% sparsegpt@2:4 awp@50%+int4 --json before.jsonl
     python benchmarks/weights_digest.py --compare before.jsonl after.jsonl
 
 ``--model tiny-llama --nsamples 16 --seqlen 128`` fingerprints the same runs on a tiny model in seconds.
@@ -23,11 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_prune import parse_run
+from benchmarks.bench_prune import parse_run, split_spec
 
 
 def digest(model_dir: Path) -> dict:
-    """SHA-256 of the decoder linears' weights (sorted by name) and each one's sum of |w|."""
+    """SHA-256 of the decoder linears' tensors (sorted by name; a quantized checkpoint's packed codes,
+    scales and zero points) and each one's sum of |w|."""
     from safetensors import safe_open
 
     sha = hashlib.sha256()
@@ -35,13 +36,13 @@ def digest(model_dir: Path) -> dict:
     zeros = 0
     with safe_open(str(model_dir / "model.safetensors"), framework="pt") as handle:
         for name in sorted(handle.keys()):
-            if ".layers." not in name or not name.endswith("proj.weight"):
+            if ".layers." not in name or "proj." not in name:  # weight, or packed codes, scales, zero points
                 continue
             tensor = handle.get_tensor(name).float().contiguous()
             sha.update(name.encode())
             sha.update(tensor.numpy().tobytes())
             sums[name] = float(tensor.abs().sum())
-            zeros += int((tensor == 0).sum())
+            zeros += int((tensor == 0).sum()) if name.endswith(".weight") else 0
     return {"weights_sha256": sha.hexdigest(), "abs_sums": sums, "zeros": zeros}
 
 
@@ -53,9 +54,10 @@ def run(spec: str, out: str, protocol: argparse.Namespace) -> dict:
     from toolkit.api import RunConfig, prune_model
 
     method, sparsity, options = parse_run(spec)
+    fields = split_spec(sparsity, options)  # awp@50%+int4, rtn@int4, numerical@structured:30%:unit=heads
     sizes = {k: v for k, v in (("nsamples", protocol.nsamples), ("seqlen", protocol.seqlen)) if v is not None}
-    config = RunConfig(model=protocol.model, method=method, sparsity=sparsity, options=options, eval_data=None,
-                       out_dir=out, save_model=True, **sizes)
+    config = RunConfig(model=protocol.model, method=method, options=options, eval_data=None,
+                       out_dir=out, save_model=True, **fields, **sizes)
     result = prune_model(config)
     model_dir = Path(result["run_dir"]) / "model"
     record = {"run": spec, "achieved_sparsity": result["achieved_sparsity"],

@@ -23,7 +23,7 @@ quantized; then Θ = dequantize(state) exactly).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -45,14 +45,47 @@ class Iterate:
     feasible: bool = True  # Θ lies in the final constraint set (false during the joint ramp/hold)
 
 
-def keep_largest_per_row(scores: Tensor, prune: int) -> Tensor:
-    """:func:`~toolkit.sparsity.keep_topk_per_row` (same mask), with a fast path.
+@dataclass(frozen=True)
+class RowMask:
+    """A keep-mask with its float forms (1 on kept weights; 1 on pruned ones), reused between steps."""
 
-    The fast path applies when no row has ties at its threshold: then the ``prune`` entries ≤ the
-    ``prune``-th smallest are exactly the ones dropped.
+    keep: Tensor
+    kept: Tensor
+    off: Tensor
+
+    @classmethod
+    def of(cls, keep: Tensor, dtype: torch.dtype) -> RowMask:
+        """The mask ``keep`` (bool) and its two float forms in ``dtype``."""
+        kept = keep.to(dtype)
+        return cls(keep, kept, 1.0 - kept)
+
+
+def keep_largest_per_row(scores: Tensor, prune: int, hint: RowMask | None = None) -> Tensor:
+    """:func:`~toolkit.sparsity.keep_topk_per_row` (same mask), with two fast paths.
+
+    ``hint``: a keep-mask with ``in − prune`` True per row (the previous PGD step's). Row i keeps
+    exactly the hint's entries when min_{j kept} s_ij > max_{j pruned} s_ij: then the kept set is
+    the unique top-k of the row. Only the rows where that fails are selected again. PGD moves few
+    weights across the threshold per step, so this replaces a per-row selection by two masked
+    reductions; the hint itself is returned when no row moved. Without a hint (or for the failing
+    rows): when no row has ties at its threshold, the ``prune`` entries ≤ the ``prune``-th smallest
+    are exactly the ones dropped.
     """
     if prune <= 0 or prune >= scores.shape[1]:
         return keep_topk_per_row(scores, prune)
+    if hint is not None:
+        # scores ≥ 0: the pruned entries' max with kept ones zeroed; the kept entries' min with
+        # pruned ones lifted above every score. Arithmetic on float masks (torch.where with ±inf
+        # is ~20× slower on CPU); a NaN or inf score makes its row fail the test: selected again.
+        pruned_max = (scores * hint.off).amax(dim=1)
+        kept_min = torch.addcmul(scores, hint.off, scores.amax() + 1.0).amin(dim=1)
+        redo = ~(kept_min > pruned_max)
+        if not bool(redo.any()):
+            return hint.keep
+        rows = redo.nonzero().squeeze(1)
+        keep = hint.keep.clone()
+        keep[rows] = keep_largest_per_row(scores[rows], prune)
+        return keep
     threshold = torch.kthvalue(scores, prune, dim=1, keepdim=True).values
     keep = scores > threshold
     if bool((keep.sum(1) == scores.shape[1] - prune).all()):
@@ -60,14 +93,26 @@ def keep_largest_per_row(scores: Tensor, prune: int) -> Tensor:
     return keep_topk_per_row(scores, prune)
 
 
-def project_sparse(Z: Tensor, target: SparseTarget) -> tuple[Tensor, Tensor]:
-    """Proj_row: (Z ⊙ keep, keep) keeping the largest |Z| per row (unstructured) or per m-group (n:m)."""
+def project_rows(Z: Tensor, target: SparseTarget, hint: RowMask | None = None) -> tuple[Tensor, RowMask]:
+    """Proj_row: (Z ⊙ keep, keep) keeping the largest |Z| per row (unstructured) or per m-group (n:m).
+
+    ``hint``: the previous step's mask at this target, tried first (unstructured only;
+    :func:`keep_largest_per_row`). The result does not depend on it; when the mask did not move,
+    the hint's float forms are reused.
+    """
     scores = Z.abs()
     if isinstance(target, NM):
         keep = keep_nm(scores, target)
     else:
-        keep = keep_largest_per_row(scores, int(Z.shape[1] * target.sparsity))
-    return Z * keep, keep
+        keep = keep_largest_per_row(scores, int(Z.shape[1] * target.sparsity), hint)
+    mask = hint if hint is not None and keep is hint.keep else RowMask.of(keep, Z.dtype)
+    return Z * mask.kept, mask
+
+
+def project_sparse(Z: Tensor, target: SparseTarget) -> tuple[Tensor, Tensor]:
+    """Proj_row without a warm start: (Z ⊙ keep, keep)."""
+    P, mask = project_rows(Z, target)
+    return P, mask.keep
 
 
 def zero_point_codes(state: QuantState) -> Tensor:
@@ -106,6 +151,14 @@ class Projector:
     order: str = "prune_first"
     frozen: bool = False
     grid: tuple[Tensor, Tensor] | None = None  # the frozen (scales, zeros), set on first use
+    last: tuple[SparseTarget, RowMask] | None = field(default=None, repr=False)  # previous Proj_row
+
+    def sparse(self, Z: Tensor, target: SparseTarget) -> tuple[Tensor, Tensor]:
+        """Proj_row(Z) for ``target``, warm-started from the previous step's mask at the same target."""
+        hint = self.last[1] if self.last is not None and self.last[0] == target else None
+        P, mask = project_rows(Z, target, hint)
+        self.last = (target, mask)
+        return P, mask.keep
 
     def quantize(self, Z: Tensor) -> QuantState:
         """Proj_INT of Z: codes on the recomputed grid of Z, or on the frozen grid."""
@@ -121,11 +174,11 @@ class Projector:
     def joint(self, Z: Tensor, target: SparseTarget) -> Iterate:
         """Proj_INT(Proj_row(Z)) or Proj_row(Proj_INT(Z)); pruned codes set to the zero point."""
         if self.order == "prune_first":
-            P, keep = project_sparse(Z, target)
+            P, keep = self.sparse(Z, target)
             state = mask_state(self.quantize(P), keep)
         else:
             state = self.quantize(Z)
-            _, keep = project_sparse(dequantize(state), target)
+            _, keep = self.sparse(dequantize(state), target)
             state = mask_state(state, keep)
         return Iterate(dequantize(state), keep, state)
 
@@ -138,7 +191,7 @@ class Projector:
         target = ramp_target(self.target, step, self.ramp)
         if quantizes:
             return self.joint(Z, target)
-        P, keep = project_sparse(Z, target)
+        P, keep = self.sparse(Z, target)
         return Iterate(P, keep, None, feasible=self.spec is None and target == self.target)
 
     def finalize(self, iterate: Iterate) -> Iterate:

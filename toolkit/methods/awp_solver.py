@@ -74,17 +74,19 @@ class Quadratic:
         out_sq = float(torch.sum((W @ C) * W, dtype=torch.float64))
         return cls(W, C, out_sq, float(torch.linalg.norm(W)))
 
-    def residual(self, theta: Tensor) -> Tensor:
-        """G = (W − Θ) C, shape (out, in)."""
-        return (self.W - theta) @ self.C
+    def residual(self, theta: Tensor) -> tuple[Tensor, float]:
+        """(G, relative error) at Θ: G = (W − Θ) C (out, in) and ‖(W − Θ)C^½‖_F / ‖W C^½‖_F.
 
-    def relative_error(self, theta: Tensor, G: Tensor) -> float:
-        """‖(W − Θ)C^½‖_F / ‖W C^½‖_F (the error itself when the dense output is zero)."""
-        sq = float(torch.dot(G.reshape(-1), (self.W - theta).reshape(-1)))
+        The error is √⟨G, W − Θ⟩ over √⟨WC, W⟩ (the error itself when the dense output is zero;
+        inf when not finite). W − Θ is formed once for both.
+        """
+        D = self.W - theta
+        G = D @ self.C
+        sq = float(torch.dot(G.reshape(-1), D.reshape(-1)))
         if not math.isfinite(sq):
-            return math.inf
+            return G, math.inf
         sq = max(sq, 0.0)
-        return math.sqrt(sq / self.out_sq) if self.out_sq > 0 else math.sqrt(sq)
+        return G, math.sqrt(sq / self.out_sq) if self.out_sq > 0 else math.sqrt(sq)
 
     def ratio(self, value: float) -> float:
         """Return value / ‖W‖_F (value itself for an all-zero W)."""
@@ -106,9 +108,10 @@ def _values(q: Quadratic, prev: Iterate, new: Iterate, Z: Tensor) -> dict[str, f
         "bits": float(new.state.spec.bits) if new.state is not None else 32.0,
     }
     if new.keep is not None:
-        values["sparsity"] = 1.0 - int(new.keep.sum()) / new.keep.numel()
+        values["sparsity"] = 1.0 - int(torch.count_nonzero(new.keep)) / new.keep.numel()
         if prev.keep is not None:
-            values["churn"] = int((new.keep != prev.keep).sum()) / new.keep.numel()
+            moved = 0 if new.keep is prev.keep else int(torch.count_nonzero(new.keep != prev.keep))
+            values["churn"] = moved / new.keep.numel()
     return values
 
 
@@ -139,8 +142,9 @@ def run_pgd(q: Quadratic, init: Iterate, project: Projector, schedule: Schedule,
     Emits a SolverStep at step 0, every ``schedule.emit_every`` steps and at the last step.
     """
     emit = _emitter(ctx) if schedule.emit_every > 0 else lambda step, objective, values: None
-    it, G = init, q.residual(init.theta)
-    objective = objective_init = q.relative_error(it.theta, G)
+    it = init
+    G, objective = q.residual(init.theta)
+    objective_init = objective
     best, stop, stop_value, steps, emitted = _Best(), "max_iter", math.nan, 0, 0
     best.offer(it, objective, 0)
     emit(0, objective, {"grad": _grad_ratio(q, G, it, False)})
@@ -151,10 +155,9 @@ def run_pgd(q: Quadratic, init: Iterate, project: Projector, schedule: Schedule,
             if stop_value < schedule.tol:
                 stop = "tol"
                 break
-        Z = it.theta + schedule.eta * G
+        Z = torch.add(it.theta, G, alpha=schedule.eta)
         new = project(Z, t)
-        G_new = q.residual(new.theta)
-        objective_new = q.relative_error(new.theta, G_new)
+        G_new, objective_new = q.residual(new.theta)
         if not math.isfinite(objective_new) or objective_new > schedule.diverge:
             ctx.warn(f"awp diverged at step {t} (relative error {objective_new:.3g}); returning the best "
                      "iterate so far: lower the eta scale")
@@ -189,5 +192,5 @@ def _finish(q: Quadratic, out: Outcome, best: _Best, project: Projector, schedul
         out.returned = "fallback"
     final = project.finalize(out.iterate)
     if final is not out.iterate:
-        out.iterate, out.objective = final, q.relative_error(final.theta, q.residual(final.theta))
+        out.iterate, out.objective = final, q.residual(final.theta)[1]
     return out
