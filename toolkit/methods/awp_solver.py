@@ -155,7 +155,7 @@ def run_pgd(q: Quadratic, init: Iterate, project: Projector, schedule: Schedule,
             if stop_value < schedule.tol:
                 stop = "tol"
                 break
-        Z = torch.add(it.theta, G, alpha=schedule.eta)
+        Z = it.theta + schedule.eta * G  # not torch.add(alpha=η): fused rounding changes Θ by ~1e-7
         new = project(Z, t)
         G_new, objective_new = q.residual(new.theta)
         if not math.isfinite(objective_new) or objective_new > schedule.diverge:
