@@ -102,7 +102,11 @@ def _block_width(cfg: GPTQConfig, width: int, dynamic: bool) -> int:
 
 
 def _sweep(W: Tensor, U: Tensor, g: _Grid, spec: QuantSpec, block: int, ctx: SolveContext) -> Tensor:
-    """The lazy-batch OBS sweep over W (out, in) in place; returns the codes (out, in) uint8 in sweep order."""
+    """The lazy-batch OBS sweep over W (out, in) in place; returns the codes (out, in) uint8 in sweep order.
+
+    Column q of a block is the contiguous row Wt[q] (and St[q], Zt[q] of its grid), so every
+    per-column step works on contiguous vectors; codes are converted once per block.
+    """
     qmax = spec.levels - 1
     rows, cols = W.shape
     codes = torch.empty((rows, cols), dtype=torch.uint8, device=W.device)
@@ -110,17 +114,21 @@ def _sweep(W: Tensor, U: Tensor, g: _Grid, spec: QuantSpec, block: int, ctx: Sol
         ctx.check_cancel()
         i2 = min(i1 + block, cols)
         U1 = U[i1:i2, i1:i2]
-        Wt = W[:, i1:i2].t().contiguous()  # (B, out): column q of the block is the contiguous row Wt[q]
-        Errt = torch.empty_like(Wt)
+        Wt = W[:, i1:i2].t().contiguous()  # (B, out)
+        Errt, Qt, deq = torch.empty_like(Wt), torch.empty_like(Wt), torch.empty_like(Wt[0])
+        St, Zt = g.col_scales[:, i1:i2].t().contiguous(), g.col_zeros[:, i1:i2].t().contiguous()
         for i in range(i2 - i1):
             col = i1 + i
             if g.dynamic and col % g.dynamic == 0:
                 g.enter_group(Wt[i : i + g.dynamic].t(), spec, col, g.dynamic)
-            s, z = g.col_scales[:, col], g.col_zeros[:, col]
-            q = torch.clamp(torch.round(Wt[i] / s) + z, 0, qmax)
-            codes[:, col] = q.to(torch.uint8)
-            torch.div(Wt[i] - (q - z) * s, U1[i, i], out=Errt[i])  # (w − ŵ)/U_qq
+                St[i : i + g.dynamic] = g.scales[:, col // g.dynamic]
+                Zt[i : i + g.dynamic] = g.zeros[:, col // g.dynamic]
+            s, z, q = St[i], Zt[i], Qt[i]
+            torch.div(Wt[i], s, out=q).round_().add_(z).clamp_(0, qmax)  # code = clamp(round(w/s) + z)
+            torch.sub(q, z, out=deq).mul_(s)  # ŵ = (code − z)·s
+            torch.sub(Wt[i], deq, out=Errt[i]).div_(U1[i, i])  # (w − ŵ)/U_qq
             Wt[i:].addr_(U1[i, i:], Errt[i], alpha=-1.0)  # W_{:,q:} −= err ⊗ U_{q,q:}
+        codes[:, i1:i2] = Qt.t().to(torch.uint8)
         W[:, i2:] -= Errt.t() @ U[i1:i2, i2:]
     return codes
 
