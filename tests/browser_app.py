@@ -131,12 +131,23 @@ def enter(page: Any, selector: str, text: str) -> None:
     left with Tab and read back before the caller goes on.
     """
     field = page.locator(selector).first
-    field.fill(text)
-    field.press("Tab")
+    field.wait_for(state="visible")  # inside a just-opened accordion the field mounts late
+    for _ in range(3):
+        field.fill(text)
+        field.press("Tab")
+        if _value_holds(page, field, text):
+            return
+    raise AssertionError(f"{selector} would not keep {text!r}; it shows {field.input_value()!r}")
+
+
+def _value_holds(page: Any, field: Any, text: str, seconds: float = 1.0) -> bool:
+    """True when ``field`` shows ``text`` and still does ``seconds`` later (a late re-render of a
+    component that mounted as its accordion opened can put the default back)."""
     deadline = time.monotonic() + 10.0
     while field.input_value() != text and time.monotonic() < deadline:
         time.sleep(0.05)
-    page.wait_for_timeout(300)
+    page.wait_for_timeout(int(seconds * 1000))
+    return field.input_value() == text
 
 
 def set_extra_options(page: Any, text: str) -> None:
