@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.host_clock import Clock
 from toolkit.api import RunConfig, prune_model
 
 
@@ -68,7 +69,7 @@ def main() -> None:
                            seqlen=args.seqlen, eval_seqlen=args.eval_seqlen, eval_windows=args.eval_windows,
                            eval_data=None if args.no_eval else "wiki", eval_dense=not args.no_eval, device=args.device,
                            propagate=args.propagate, out_dir=args.out)
-        start = time.perf_counter()
+        start, clock = time.perf_counter(), Clock.now()
         result = prune_model(config)
         record = {
             "benchmark": "prune", "run": spec, "model": result["model"], "method": method, "sparsity": sparsity,
@@ -76,7 +77,8 @@ def main() -> None:
             "propagate": result["engine"]["propagate"],
             "achieved_sparsity": result["achieved_sparsity"],
             "ppl": result["ppl"], "dense_ppl": result["dense_ppl"], "prune_seconds": round(result["prune_seconds"], 2),
-            "total_seconds": round(time.perf_counter() - start, 2), "peak_rss_mb": round(result["peak_rss_mb"], 1),
+            "total_seconds": round(time.perf_counter() - start, 2), **Clock.now().since(clock),
+            "peak_rss_mb": round(result["peak_rss_mb"], 1),
             "accounting": result.get("accounting"),
             "device": result["device"], "protocol": result["protocol"], "run_dir": result["run_dir"],
             "versions": result["versions"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 from bench_prune import parse_run, split_spec
+from host_clock import Clock
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -49,3 +51,21 @@ def test_grid_puts_each_run_in_its_variant_row_and_sparsity_column() -> None:
     assert lines[0] == "| method | 50% | 2:4 |"
     assert lines[2:] == ["| wanda | 36.5 | 138.0 |", "| thanos (alpha=0.1) |  | 45.0 |",
                          "| fista (propagate=dense) | 25.0 |  |"]
+
+
+def test_host_clock_reports_the_stolen_share_of_all_cpus_and_the_process_cpu_time() -> None:
+    start = Clock(wall=10.0, cpu=1.0, steal=100.0)
+    end = Clock(wall=14.0, cpu=6.5, steal=102.0)
+    seen = end.since(start)
+    assert seen["process_cpu_seconds"] == 5.5
+    assert seen["host_steal_share"] == round(2.0 / (4.0 * (os.cpu_count() or 1)), 4)
+    assert Clock(wall=14.0, cpu=6.5, steal=None).since(start)["host_steal_share"] is None
+
+
+def test_host_clock_reads_this_machine() -> None:
+    first = Clock.now()
+    sum(i * i for i in range(200_000))
+    seen = Clock.now().since(first)
+    assert seen["process_cpu_seconds"] is not None and seen["process_cpu_seconds"] >= 0
+    share = seen["host_steal_share"]
+    assert share is None or 0.0 <= share <= 1.0
