@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from toolkit.errors import ToolkitError
+from toolkit.methods import numerical
 from toolkit.methods.block import BlockConfig, UnitScores
 from toolkit.plan import LayerCandidates, LayerOffer, allocate, check_budget, standardized
 from toolkit.spec import Unit
@@ -86,3 +87,18 @@ def test_budget_past_the_minima_is_refused_before_scoring() -> None:
         check_budget(offers, 0.71, Unit.HEADS_CHANNELS, cfg)
     with pytest.raises(ToolkitError, match=r"at most 66\.7% of the parameters can go"):
         check_budget(offers, 0.7, Unit.HEADS, cfg)
+
+
+def test_budget_at_most_never_exceeds_the_ratio_and_nearest_may() -> None:
+    # total = 2·(2·10 + 2·1) = 44. The ranking: head 0.1 (10), head 0.15 (10), then channels (1 each), so the
+    # prefixes cost 0, 10, 20, 21, ... At ρ = 0.44 (target 19.36) nearest takes 20 (two heads, 45.5 %);
+    # at_most takes the longest prefix ≤ 19.36: one head (10).
+    layers = [_layer([0.1, 0.9], [0.5, 0.6]), _layer([0.15, 0.95], [0.55, 0.65])]
+    near = allocate(layers, 0.44, Unit.HEADS_CHANNELS, BlockConfig())
+    most = allocate(layers, 0.44, Unit.HEADS_CHANNELS, BlockConfig(budget="at_most"))
+    assert near.removed_cost == 20 and near.achieved_ratio > 0.44
+    assert most.removed_cost == 10 and most.achieved_ratio <= 0.44
+    exact = allocate(layers, 10 / 44, Unit.HEADS_CHANNELS, BlockConfig(budget="at_most"))
+    assert exact.removed_cost == 10  # a prefix exactly at ρ is kept
+    with pytest.raises(ToolkitError, match="budget"):
+        numerical.SPEC.make_config({"budget": "below"})

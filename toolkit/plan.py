@@ -136,7 +136,10 @@ def _select(pool: _Pool, ratio: float, cfg: BlockConfig) -> Tensor:
     target = ratio * total
     if target > float(cumulative[-1]) * (1 + 1e-9):
         raise ToolkitError(_too_much(ratio, float(cumulative[-1]) / total, cfg, "of the parameters"))
-    count = int(torch.argmin((cumulative - target).abs()))
+    if cfg.budget == "at_most":  # the longest prefix with Σcost ≤ ρ·total
+        count = int((cumulative <= target * (1 + 1e-12)).sum()) - 1
+    else:  # nearest: argmin_k |Σ_{j<k} cost_j − ρ·total|
+        count = int(torch.argmin((cumulative - target).abs()))
     return order[:count]
 
 

@@ -25,6 +25,7 @@ from toolkit.methods.base import option
 
 ALLOCATIONS = ("param_weighted", "paper_literal")
 GQA_MODES = ("groups", "query")
+BUDGETS = ("nearest", "at_most")
 COMPENSATIONS = ("least_squares", "least_squares_bias", "bias", "none")
 GRAM_SOURCES = ("dense", "sequential")
 
@@ -37,6 +38,9 @@ class BlockConfig:
                              "until ρ of the parameters are gone; a head costs its real parameters) or paper_literal "
                              "(Eq. 8 as printed: head scores × α = 4·Dh/3, the lowest ρ·#units removed)",
                              ALLOCATIONS)
+    budget: str = option("nearest", "how the global cut meets ρ (param_weighted): nearest (the ranking prefix whose "
+                         "parameters are closest to ρ; may exceed it by up to half a unit) or at_most (the longest "
+                         "prefix that does not exceed ρ, so methods compare at no more than equal budgets)", BUDGETS)
     standardize: bool = option(False, "standardize scores per layer and kind (z − mean)/std before the global "
                                "ranking (FLAP does; the Numerical Pruning paper does not)")
     gqa: str = option("groups", "GQA units: groups (a KV head with all its query heads) or query (single query "
