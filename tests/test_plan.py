@@ -102,3 +102,13 @@ def test_budget_at_most_never_exceeds_the_ratio_and_nearest_may() -> None:
     assert exact.removed_cost == 10  # a prefix exactly at ρ is kept
     with pytest.raises(ToolkitError, match="budget"):
         numerical.SPEC.make_config({"budget": "below"})
+
+
+def test_budget_at_most_holds_under_uniform_counts_too() -> None:
+    # uniform rounds per-layer counts: to the nearest unit by default (here 40 of 88 at ρ = 0.35), down under at_most
+    layers = [_layer([0.1, 0.2, 0.9, 0.8], [0.1, 0.9, 0.5, 0.6], groups=[0, 0, 1, 1]),
+              _layer([0.9, 0.95, 0.7, 0.99], [0.9, 0.9, 0.1, 0.9], groups=[0, 0, 1, 1])]
+    assert allocate(layers, 0.35, Unit.HEADS_CHANNELS, BlockConfig(uniform=True)).achieved_ratio > 0.35
+    for ratio in (0.02, 0.1, 0.2, 0.25, 0.35, 0.4, 0.5, 0.6):
+        plan = allocate(layers, ratio, Unit.HEADS_CHANNELS, BlockConfig(uniform=True, budget="at_most"))
+        assert plan.removed_cost <= ratio * plan.total_cost, ratio

@@ -26,6 +26,8 @@ default) removes exactly the planned parameters.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -210,25 +212,29 @@ def _uniform(layers: list[LayerCandidates], pool: _Pool, removed: Tensor, keep: 
              ratio: float) -> None:
     """Same removal count per layer: the global head count / layers, each layer's lowest first.
 
-    Under ``param_weighted`` the channel count then fills the rest of the parameter budget.
+    Under ``param_weighted`` the channel count then fills the rest of the parameter budget. Counts
+    are rounded to the nearest whole unit, or down under ``budget=at_most``.
     """
+    share: Callable[[float], int] = math.floor if cfg.budget == "at_most" else round
     per_layer: dict[str, int] = {}
     for kind_id, kind in enumerate(KINDS):
         if keep[kind][0] is not None:
-            per_layer[kind] = round(int((pool.kind[removed] == kind_id).sum()) / len(layers))
+            per_layer[kind] = share(int((pool.kind[removed] == kind_id).sum()) / len(layers))
     if cfg.allocation == "param_weighted" and len(per_layer) == 2:
         heads_cost = per_layer["heads"] * sum(layer.head_cost for layer in layers)
         left = ratio * float(pool.cost.sum()) - heads_cost
-        per_layer["channels"] = max(round(left / sum(layer.channel_cost for layer in layers)), 0)
+        per_layer["channels"] = max(share(left / sum(layer.channel_cost for layer in layers)), 0)
     for kind, count in per_layer.items():
         least = cfg.min_heads if kind == "heads" else cfg.min_channels
         for number, layer in enumerate(layers):
             groups = layer.head_groups if kind == "heads" else None
-            keep[kind][number] = _drop_lowest(getattr(layer.scores, kind).float().cpu(), count, least, groups)
+            keep[kind][number] = _drop_lowest(getattr(layer.scores, kind).float().cpu(), count, least, groups,
+                                              share)
 
 
-def _drop_lowest(raw: Tensor, count: int, least: int, groups: Tensor | None) -> Tensor:
-    """Keep-mask dropping the ``count`` lowest; with ``groups``, the same number from every group."""
+def _drop_lowest(raw: Tensor, count: int, least: int, groups: Tensor | None,
+                 share: Callable[[float], int]) -> Tensor:
+    """Keep-mask dropping the ``count`` lowest; with ``groups``, ``share(count / groups)`` from every group."""
     keep = torch.ones(len(raw), dtype=torch.bool)
     if groups is None:
         count = max(min(count, len(raw) - least), 0)
@@ -236,7 +242,7 @@ def _drop_lowest(raw: Tensor, count: int, least: int, groups: Tensor | None) -> 
         return keep
     num_groups = int(groups.max()) + 1
     size = len(raw) // num_groups
-    per_group = max(min(round(count / num_groups), size - 1), 0)
+    per_group = max(min(share(count / num_groups), size - 1), 0)
     for g in range(num_groups):
         members = torch.nonzero(groups == g).flatten()
         keep[members[torch.topk(raw[members], per_group, largest=False).indices]] = False

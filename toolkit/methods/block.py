@@ -40,7 +40,8 @@ class BlockConfig:
                              ALLOCATIONS)
     budget: str = option("nearest", "how the global cut meets ρ (param_weighted): nearest (the ranking prefix whose "
                          "parameters are closest to ρ; may exceed it by up to half a unit) or at_most (the longest "
-                         "prefix that does not exceed ρ, so methods compare at no more than equal budgets)", BUDGETS)
+                         "prefix that does not exceed ρ, and uniform per-layer counts rounded down, so methods "
+                         "compare at no more than equal budgets)", BUDGETS)
     standardize: bool = option(False, "standardize scores per layer and kind (z − mean)/std before the global "
                                "ranking (FLAP does; the Numerical Pruning paper does not)")
     gqa: str = option("groups", "GQA units: groups (a KV head with all its query heads) or query (single query "
