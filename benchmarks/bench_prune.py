@@ -53,6 +53,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--nsamples", type=int, default=32)
     parser.add_argument("--seqlen", type=int, default=512)
+    parser.add_argument("--seed", type=int, default=0, help="calibration sampling seed (the protocol's is 0)")
     parser.add_argument("--eval-seqlen", type=int, default=512)
     parser.add_argument("--eval-windows", type=int, default=None)
     parser.add_argument("--no-eval", action="store_true", help="speed only: prune, skip every perplexity")
@@ -65,9 +66,10 @@ def main() -> None:
         method, sparsity, options = parse_run(spec)
         fields = split_spec(sparsity, options)
         config = RunConfig(model=args.model, method=method, **fields, options=options, nsamples=args.nsamples,
-                           seqlen=args.seqlen, eval_seqlen=args.eval_seqlen, eval_windows=args.eval_windows,
-                           eval_data=None if args.no_eval else "wiki", eval_dense=not args.no_eval, device=args.device,
-                           propagate=args.propagate, out_dir=args.out)
+                           seqlen=args.seqlen, seed=args.seed, eval_seqlen=args.eval_seqlen,
+                           eval_windows=args.eval_windows, eval_data=None if args.no_eval else "wiki",
+                           eval_dense=not args.no_eval, device=args.device, propagate=args.propagate,
+                           out_dir=args.out)
         start = Clock.now()
         result = prune_model(config)
         end = Clock.now()
