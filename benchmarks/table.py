@@ -20,7 +20,7 @@ def rows(paths: list[str]) -> list[dict]:
                 if line.strip():
                     record = json.loads(line)
                     key = (record["method"], record["sparsity"], json.dumps(record["options"], sort_keys=True),
-                           record.get("propagate"))
+                           record.get("propagate"), seed(record))
                     records[key] = record
     return list(records.values())
 
@@ -35,11 +35,17 @@ def _first(values: dict) -> float:
     return next(iter(values.values()), float("nan"))
 
 
+def seed(record: dict) -> int:
+    """The run's calibration seed (0, the protocol's, for records that do not say)."""
+    return int(((record.get("protocol") or {}).get("calibration") or {}).get("seed", 0))
+
+
 def variant(record: dict) -> str:
-    """``method`` plus the options the run set and a non-default propagation: a grid row's name."""
+    """``method`` plus the options the run set, a non-default propagation and seed: a grid row's name."""
     options = _options(record)
     propagate = "" if record.get("propagate", "pruned") == "pruned" else f"propagate={record['propagate']}"
-    extra = ", ".join(part for part in (options, propagate) if part)
+    seeded = f"seed={seed(record)}" if seed(record) else ""
+    extra = ", ".join(part for part in (options, propagate, seeded) if part)
     return f"{record['method']} ({extra})" if extra else record["method"]
 
 

@@ -53,6 +53,23 @@ def test_grid_puts_each_run_in_its_variant_row_and_sparsity_column() -> None:
                          "| fista (propagate=dense) | 25.0 |  |"]
 
 
+
+def test_rows_keep_runs_that_differ_only_in_the_calibration_seed(tmp_path: Path) -> None:
+    import json
+
+    from table import rows, variant
+
+    def record(seed: int | None, ppl: float) -> dict:
+        protocol = {} if seed is None else {"calibration": {"seed": seed}}
+        return {"method": "flap", "sparsity": "structured:10%", "options": {}, "propagate": "pruned",
+                "ppl": {"wiki": ppl}, "protocol": protocol}
+
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (record(None, 1.0), record(0, 2.0), record(1, 3.0))))
+    kept = rows([str(path)])
+    assert [r["ppl"]["wiki"] for r in kept] == [2.0, 3.0]  # no seed = seed 0: the later record replaces it
+    assert [variant(r) for r in kept] == ["flap", "flap (seed=1)"]
+
 def test_host_clock_reports_the_stolen_share_of_all_cpus_and_the_process_cpu_time() -> None:
     start = Clock(wall=10.0, cpu=1.0, steal=100.0)
     end = Clock(wall=14.0, cpu=6.5, steal=102.0)
