@@ -22,12 +22,13 @@ def _windows(num: int = 4, seq: int = 32) -> torch.Tensor:
     return calibration_windows(tokens, CalibSpec("x", num, seq, 0))
 
 
-def _prune(family: str, method: str, target: object, **engine: object) -> Pruned:
+def _prune(family: str, method: str, target: object, options: dict | None = None, **engine: object) -> Pruned:
     model = load_model(f"tiny-{family}").model
     spec = get_method(method)
     events: list = []
     run = Pruned()
-    prune_layers(model, _windows(), spec, target, spec.make_config(), emit=events.append, on_mask=run.on_mask,
+    prune_layers(model, _windows(), spec, target, spec.make_config(options or {}), emit=events.append,
+                 on_mask=run.on_mask,
                  cfg=EngineConfig(batch_size=2, sequential="group", **engine))
     return run.finish(model, events)
 
@@ -38,8 +39,13 @@ def test_fused_pass_equals_the_multi_pass_group_order(family: str, method: str) 
     """Same statistics up to summation order, so the same pruning up to ties (tests/pruning_compare.py):
     an AVX-512 CPU sums in another order than an AVX2 one and a FISTA rounding tie can go either way."""
     target = NM(2, 4) if method == "sparsegpt" else Unstructured(0.5)
-    fused = _prune(family, method, target, fused="on", error_windows=99)
-    plain = _prune(family, method, target, fused="off")
+    # SparseGPT's inverse Hessian amplifies rounding where H is ill-conditioned. With the default
+    # damping (1 %) on an AMD EPYC (AVX-512) 16 entries of tiny-gemma3's layer-2 o_proj flipped, and the
+    # flip spread to 19 % of layer 3's masks, while Wanda's statistics of the same runs agreed to 1e-7
+    # everywhere; 10 % damping keeps the sweep well-conditioned, so this tests the engine, not H.
+    options = {"damp_frac": "0.1"} if method == "sparsegpt" else None
+    fused = _prune(family, method, target, options, fused="on", error_windows=99)
+    plain = _prune(family, method, target, options, fused="off")
     assert_same_pruning(fused, plain, score_is_weight=method == "fista")
 
 

@@ -114,7 +114,9 @@ def test_masks_and_weights_equal_the_schema1_engine(method: str, target: object,
             differ = masks[(index, name)] != keep
             assert masks[(index, name)].sum() == keep.sum() and differ.mean() <= 0.01, (index, name)
             if not flipped and not differ.any():
-                np.testing.assert_allclose(get_weight(module).double().sum(1).numpy(), rowsum, rtol=1e-4, atol=1e-6)
+                # atol 1e-5: a row sum can cancel to ~4e-3 while its |w| add up to ~3 (summation-order noise
+                # 1.7e-6 measured on an AMD EPYC); a changed update moves a row sum by ~1e-3.
+                np.testing.assert_allclose(get_weight(module).double().sum(1).numpy(), rowsum, rtol=1e-4, atol=1e-5)
             flipped = flipped or bool(differ.any())
     if method == "magnitude":
         assert not flipped  # data-free: no summation order involved
