@@ -6,6 +6,7 @@ to the floor of the same number of (out, in) × (in, in) matmuls, so a change to
 overhead shows without the engine's capture, propagation or a noisy host in the way::
 
     python benchmarks/bench_awp_solver.py --shapes smollm2 --repeats 3
+    python benchmarks/bench_awp_solver.py --shapes smollm2 --step-dtype bfloat16
     python benchmarks/bench_awp_solver.py --shapes 4096x4096 11008x4096 --device cuda
 """
 
@@ -41,15 +42,15 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def measure(shape: str, device: str, repeats: int, sparsity: float) -> dict:
-    """Seconds of the AWP solve (median of ``repeats``) and of its matmuls alone."""
+def measure(shape: str, device: str, repeats: int, sparsity: float, step_dtype: str = "float32") -> dict:
+    """Seconds of the AWP solve (median of ``repeats``) and of its matmuls alone, in ``step_dtype``."""
     from toolkit.methods import awp
     from toolkit.methods.base import LinearStats, SolveContext
     from toolkit.sparsity import Unstructured
 
     out, inn = (int(v) for v in shape.split("x"))
     W, C = problem(out, inn, device)
-    stats, cfg, target = LinearStats(C, 4 * inn), awp.AWPConfig(), Unstructured(sparsity)
+    stats, cfg, target = LinearStats(C, 4 * inn), awp.AWPConfig(step_dtype=step_dtype), Unstructured(sparsity)
     events: list = []
     ctx = SolveContext(emit=events.append)
     solve, iterations = [], 0
@@ -61,7 +62,8 @@ def measure(shape: str, device: str, repeats: int, sparsity: float) -> dict:
         sync(device)
         solve.append(time.perf_counter() - start)
         iterations = result.info["iterations"]
-    floor = []
+    floor, low = [], getattr(torch, step_dtype)
+    W, C = W.to(low), C.to(low)
     for _ in range(repeats):
         sync(device)
         start = time.perf_counter()
@@ -70,7 +72,7 @@ def measure(shape: str, device: str, repeats: int, sparsity: float) -> dict:
         sync(device)
         floor.append(time.perf_counter() - start)
     return {"benchmark": "awp_solver", "shape": shape, "device": device, "threads": torch.get_num_threads(),
-            "sparsity": sparsity, "iterations": iterations, "events": len(events),
+            "sparsity": sparsity, "step_dtype": step_dtype, "iterations": iterations, "events": len(events),
             "solve_seconds": round(statistics.median(solve), 3), "matmul_floor_seconds": round(min(floor), 3),
             "overhead": round(statistics.median(solve) / min(floor), 2)}
 
@@ -82,13 +84,15 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sparsity", type=float, default=0.5)
+    parser.add_argument("--step-dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="AWP's step_dtype option (the per-step matmul's dtype)")
     parser.add_argument("--json", default=None, help="also append the objects to this JSON-lines file")
     args = parser.parse_args()
     from toolkit.memory import keep_freed_memory
 
     keep_freed_memory()
     shapes = [s for name in args.shapes for s in SHAPES.get(name, [name])]
-    records = [measure(shape, args.device, args.repeats, args.sparsity) for shape in shapes]
+    records = [measure(shape, args.device, args.repeats, args.sparsity, args.step_dtype) for shape in shapes]
     total = {"benchmark": "awp_solver", "shape": "total", "shapes": shapes,
              "solve_seconds": round(sum(r["solve_seconds"] for r in records), 3),
              "matmul_floor_seconds": round(sum(r["matmul_floor_seconds"] for r in records), 3),

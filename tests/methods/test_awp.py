@@ -192,6 +192,24 @@ def test_iterates_do_not_depend_on_the_scale_of_c(problem) -> None:
         assert torch.allclose(a.weight, b.weight, atol=1e-4)
 
 
+def test_bf16_step_keeps_the_exact_residual_bounded_and_the_solution_close(problem) -> None:
+    """step_dtype=bfloat16 rounds (W − Θ) and C to bf16 in the step's matmul only: G is within the
+    bf16 rounding of the float32 G, and the solves end at nearly the same error and mask."""
+    W, stats = problem
+    theta = solve(W, stats, Unstructured(0.5), prune_iters=0).weight
+    exact, _ = Quadratic.build(W, stats.gram).residual(theta)
+    low, _ = Quadratic.build(W, stats.gram, torch.bfloat16).residual(theta)
+    assert low.dtype == torch.float32 and not torch.equal(low, exact)
+    assert float(torch.linalg.norm(low - exact)) < 2e-2 * float(torch.linalg.norm(exact))
+    for target, spec in ((Unstructured(0.5), None), (Unstructured(0.5), INT4), (None, INT4)):
+        a = solve(W, stats, target, quant=spec)
+        b = solve(W, stats, target, quant=spec, step_dtype="bfloat16")
+        assert rel_error(W, b.weight, stats) == pytest.approx(rel_error(W, a.weight, stats), rel=2e-2)
+        assert float((a.keep_mask == b.keep_mask).float().mean()) > 0.98
+    with pytest.raises(ToolkitError, match="step_dtype"):
+        awp.SPEC.make_config({"step_dtype": "float16"})
+
+
 def test_awp_beats_wanda_when_pruning(problem) -> None:
     W, stats = problem
     for target in (Unstructured(0.5), NM(2, 4)):

@@ -61,18 +61,24 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Quadratic:
-    """f(Θ) = ‖(W − Θ)C^½‖²_F in Gram form, with ‖W C^½‖²_F and ‖W‖_F for the relative numbers."""
+    """f(Θ) = ‖(W − Θ)C^½‖²_F in Gram form, with ‖W C^½‖²_F and ‖W‖_F for the relative numbers.
+
+    ``step_dtype``: the dtype of the per-step product (W − Θ)C. float32 (the default) keeps it in
+    W's dtype. bfloat16 multiplies bf16(W − Θ) by bf16(C) (C cast once) and returns G in float32:
+    every entry of G then carries a relative rounding error of about 2⁻⁸ of the residual, which
+    shrinks with it, for matmuls 2-3× faster on CPUs with bf16 instructions and on GPUs.
+    """
 
     W: Tensor  # (out, in)
-    C: Tensor  # (in, in)
-    out_sq: float  # ⟨W C, W⟩
+    C: Tensor  # (in, in), in step_dtype
+    out_sq: float  # ⟨W C, W⟩, always in float32
     w_norm: float  # ‖W‖_F
 
     @classmethod
-    def build(cls, W: Tensor, C: Tensor) -> Quadratic:
+    def build(cls, W: Tensor, C: Tensor, step_dtype: torch.dtype = torch.float32) -> Quadratic:
         """The problem of one linear (W and C on the same device, float32)."""
         out_sq = float(torch.sum((W @ C) * W, dtype=torch.float64))
-        return cls(W, C, out_sq, float(torch.linalg.norm(W)))
+        return cls(W, C.to(step_dtype), out_sq, float(torch.linalg.norm(W)))
 
     def residual(self, theta: Tensor) -> tuple[Tensor, float]:
         """(G, relative error) at Θ: G = (W − Θ) C (out, in) and ‖(W − Θ)C^½‖_F / ‖W C^½‖_F.
@@ -81,7 +87,7 @@ class Quadratic:
         inf when not finite). W − Θ is formed once for both.
         """
         D = self.W - theta
-        G = D @ self.C
+        G = D @ self.C if self.C.dtype == D.dtype else (D.to(self.C.dtype) @ self.C).to(D.dtype)
         sq = float(torch.dot(G.reshape(-1), D.reshape(-1)))
         if not math.isfinite(sq):
             return G, math.inf
