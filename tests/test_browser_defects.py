@@ -209,8 +209,14 @@ def test_fista_panels_name_one_linear_with_whole_rounds_and_a_legend(url: str, c
     page = open_page(chromium, url)
     page.evaluate(PAIRS_JS)
     start_held_run(page, held, 1)
-    for done in (1, 2):  # one linear at a time
+    for done, name in enumerate(("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), start=1):
+        # one linear at a time; the heat-map counts a linear ~0.5 s before the panels redraw, so wait for
+        # both panels to name the held linear before the next one may start (else a fast CPU skips it)
         wait_for_linears(page, done, timeout=SLOW)
+        page.wait_for_function(
+            "(title) => ['#run-solver', '#run-lambda'].every("
+            "id => (document.querySelector(id + ' .gtitle')?.textContent || '').endsWith(title))",
+            arg=f"layer 0 · {name}", timeout=SLOW * 1000)
         held.release(1)
     page.wait_for_selector("#run-lambda .legend", timeout=SLOW * 1000)
     page.wait_for_function("() => !!document.querySelector('#run-lambda .js-plotly-plot')?._fullLayout?.yaxis3",
@@ -218,7 +224,7 @@ def test_fista_panels_name_one_linear_with_whole_rounds_and_a_legend(url: str, c
     legend = page.text_content("#run-lambda .legend") or ""
     solver, lam = drawn(page, "#run-solver"), drawn(page, "#run-lambda")
     labels = page.eval_on_selector_all("#run-solver .colorbar .cbaxis text", TEXTS_JS)
-    held.release(5)  # then five linears at full speed: the panels redraw as fast as the run goes
+    held.release(4)  # then four linears at full speed: the panels redraw as fast as the run goes
     wait_for_linears(page, 8, timeout=SLOW)
     cancel_run(page)
     for name in ("λ high", "λ low", "E_round/E_total", "ξ", "sparsity before rounding"):
