@@ -62,8 +62,8 @@ def measure(shape: str, device: str, repeats: int, sparsity: float, step_dtype: 
         sync(device)
         solve.append(time.perf_counter() - start)
         iterations = result.info["iterations"]
-    floor, low = [], getattr(torch, step_dtype)
-    W, C = W.to(low), C.to(low)
+    floor: list[float] = []
+    W, C = W.to(getattr(torch, step_dtype)), C.to(getattr(torch, step_dtype))
     for _ in range(repeats):
         sync(device)
         start = time.perf_counter()

@@ -7,8 +7,7 @@ What is guaranteed, and so what :func:`assert_same_pruning` checks, walking the 
   within tolerance, and so do the reconstruction errors;
 - at that first linear the masks differ only at ties: the same number of weights is kept, and (for methods
   whose selection score is the final |w|, e.g. FISTAPruner's rounding and magnitude) every weight one run
-  keeps and the other drops lies within :data:`TIE` of the smallest |w| that run keeps; the kept weights
-  agree in the rows where the masks agree (a flip moves the rest of its row: SparseGPT's sweep);
+  keeps and the other drops lies within :data:`TIE` of the smallest |w| that run keeps;
 - after it, later linears see inputs that differ by more than rounding (a tie went the other way), so only
   what a tie can change little is compared: the same number of weights kept, at most 1% of the mask
   entries different, reconstruction and layer output errors within 1%.
@@ -72,9 +71,7 @@ def assert_same_pruning(a: Pruned, b: Pruned, *, score_is_weight: bool, rtol: fl
                 if score_is_weight:
                     _assert_ties(key, keep_a, keep_b, a.weights[key], b.weights[key])
                 assert float(differ.float().mean()) <= 0.01, f"{key}: {int(differ.sum())} mask entries differ"
-            # A flipped entry changes the rest of its row (SparseGPT's column sweep compensates with
-            # the weights it keeps), so weights are compared in the rows whose masks agree.
-            both = keep_a & keep_b & ~differ.any(dim=1, keepdim=True)
+            both = keep_a & keep_b
             torch.testing.assert_close(a.weights[key][both], b.weights[key][both], rtol=rtol, atol=atol)
             assert a.rel_errors[key] == pytest.approx(b.rel_errors[key], rel=rtol, abs=1e-6), key
         else:

@@ -28,8 +28,7 @@ def _prune(family: str, method: str, target: object, options: dict | None = None
     events: list = []
     run = Pruned()
     prune_layers(model, _windows(), spec, target, spec.make_config(options or {}), emit=events.append,
-                 on_mask=run.on_mask,
-                 cfg=EngineConfig(batch_size=2, sequential="group", **engine))
+                 on_mask=run.on_mask, cfg=EngineConfig(batch_size=2, sequential="group", **engine))
     return run.finish(model, events)
 
 
