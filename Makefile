@@ -11,7 +11,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-embedded.txt
+$(VENV)/.installed: requirements.txt requirements-embedded.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@# The CPU wheel index first; where it cannot be reached, torch from the default index instead.
@@ -20,6 +20,8 @@ $(VENV)/.installed: requirements.txt requirements-embedded.txt
 		 $(PY) -m pip install -q "torch==$(TORCH_VERSION)")
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -r requirements-embedded.txt
+	@# PruneLab itself, editable: `toolkit` and `app` import from any folder, nothing edits sys.path.
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 demo: setup

@@ -1,18 +1,13 @@
 """The PruneLab dashboard: a Gradio Blocks app with five tabs (Run, Sweep, Compare masks, Runs, Lesson).
 
 ``build_app()`` only lays out and wires components (each tab's logic lives in its module as plain
-functions the tests drive); ``python -m app`` or ``python app/app.py`` launches it on localhost.
+functions the tests drive); ``python -m app`` launches it on localhost.
 """
 
 import argparse
 import logging
-import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
-
-if __package__ in (None, ""):  # run as `python app/app.py`: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app import compare_tab, lesson_tab, run_tab, runs_tab, sweep_tab
 from app.controls import checked_by_forms
@@ -70,7 +65,7 @@ def warm_up() -> threading.Thread:
     def load() -> None:
         import importlib
 
-        for module in ("toolkit.pipeline", "transformers.models.llama.modeling_llama"):
+        for module in ("toolkit.run.pipeline", "transformers.models.llama.modeling_llama"):
             try:
                 importlib.import_module(module)
             except ImportError:  # an optional speed-up only

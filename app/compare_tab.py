@@ -20,10 +20,16 @@ from typing import Any
 
 from app import howto
 from app.howto import Plot
-from toolkit import compare, compare_structure, mask_diff, viz, viz_mask_tiles, viz_masks, viz_structure
 from toolkit.api import list_runs, open_run
+from toolkit.compare import diff as mask_diff
+from toolkit.compare import masks as compare
+from toolkit.compare import structure as compare_structure
 from toolkit.errors import ToolkitError
-from toolkit.runs import RunRecord
+from toolkit.figures import mask_tiles as viz_mask_tiles
+from toolkit.figures import masks as viz_masks
+from toolkit.figures import run as viz
+from toolkit.figures import structure as viz_structure
+from toolkit.store.runs import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +102,7 @@ def _whole(value: Any, what: str) -> int:
 
 
 def pick_tile(shape: tuple[int, ...], tile: tuple[Any, Any, Any]) -> mask_diff.Tile:
-    """The tile picker's (row, column, size) as a :class:`~toolkit.mask_diff.Tile` of a matrix of ``shape``."""
+    """The tile picker's (row, column, size) as a :class:`~toolkit.compare.diff.Tile` of a matrix of ``shape``."""
     row, col, size = tile
     return mask_diff.tile(shape, _whole(row, "the tile row"), _whole(col, "the tile column"),
                           _whole(size, "the tile size"))

@@ -1,7 +1,7 @@
 """An "Export figure" button under a plot: the shown figure in paper style as PNG, PDF and SVG.
 
 The plot's current value (gradio's ``PlotData``: the plotly JSON the browser draws) is redrawn by
-:func:`toolkit.figure_export.save_figure`; the files land in a fresh temporary folder that gradio
+:func:`toolkit.figures.paper.save_figure`; the files land in a fresh temporary folder that gradio
 serves for download.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import ToolkitError
-from toolkit.figure_export import save_figure
+from toolkit.figures.paper import save_figure
 
 
 def export_files(plot: Any, name: str, folder: str | Path | None = None) -> list[str]:

@@ -15,10 +15,10 @@ from typing import Any
 
 from toolkit.api import RunConfig, list_methods
 from toolkit.errors import ToolkitError
-from toolkit.sparsity import NM, Structured, Target, Unstructured, parse_sparsity
-from toolkit.spec import QuantSpec, Unit, parse_unit
-from toolkit.threads import pick_threads
-from toolkit.zeroshot_tasks import DEFAULT_TASKS, parse_task_names
+from toolkit.evaluation.tasks import DEFAULT_TASKS, parse_task_names
+from toolkit.runtime.threads import pick_threads
+from toolkit.spec.compression import QuantSpec, Unit, parse_unit
+from toolkit.spec.targets import NM, Structured, Target, Unstructured, parse_sparsity
 
 MODELS = ("smollm2-135m", "tiny-llama", "tiny-opt", "tiny-gpt2", "tiny-qwen2", "tiny-gemma3")
 CALIB_SOURCES = ("wiki", "wikitext2", "c4", "ptb")

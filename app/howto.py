@@ -3,7 +3,7 @@
 One text per kind of plot (:class:`Plot`): what the axes are, what good looks like, and what the
 methods do differently. :func:`accordions` lays them out as collapsed accordions in a row under a
 row of plots, one under each. What a particular run shows (a jump of the layer error, whether
-FISTAPruner's ℓ1 term engaged) is not written here: :mod:`toolkit.insights` computes it from the
+FISTAPruner's ℓ1 term engaged) is not written here: :mod:`toolkit.teach.insights` computes it from the
 run's events, and the Lesson tab prints it under these texts.
 """
 
@@ -14,7 +14,7 @@ from enum import Enum
 from typing import Any
 
 from toolkit.events import Event, LambdaStep, LayerDone
-from toolkit.insights import describe_lambda, describe_layer_jumps, lambda_summary
+from toolkit.teach.insights import describe_lambda, describe_layer_jumps, lambda_summary
 
 TITLE = "How to read this"
 
@@ -142,7 +142,7 @@ def text(plot: Plot) -> str:
 
 
 def annotated(plot: Plot, note: str) -> str:
-    """The explanation of ``plot`` followed by what a run's data shows (``note``, from :mod:`toolkit.insights`)."""
+    """The explanation of ``plot``, then what a run's data shows (``note``, from :mod:`toolkit.teach.insights`)."""
     return TEXTS[plot] + (f"\n\n**In this run**: {note}" if note else "")
 
 

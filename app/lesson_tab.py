@@ -17,13 +17,15 @@ from typing import Any
 from app import howto
 from app.howto import Plot
 from app.jobs import device_queue
-from toolkit import lesson, viz_lesson, viz_masks
 from toolkit.api import CancelToken, open_run
 from toolkit.errors import ToolkitError
 from toolkit.events import LayerDone, RunFailed, RunStarted
-from toolkit.lesson_view import LessonMaterial, lesson_material, walkthrough
-from toolkit.live import format_seconds
+from toolkit.figures import masks as viz_masks
+from toolkit.live.phase import format_seconds
 from toolkit.sweep import SweepPoint
+from toolkit.teach import figures as viz_lesson
+from toolkit.teach import lesson
+from toolkit.teach.lesson_view import LessonMaterial, lesson_material, walkthrough
 
 FIGURES = ("heatmaps", "layers", "masks", "ppl")
 QUEUE_POLL = 0.5  # seconds between two looks at the device queue while the lesson waits its turn

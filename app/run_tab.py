@@ -22,7 +22,7 @@ from app.jobs import DONE, SESSIONS, Job, device_queue
 from toolkit.api import RunConfig, open_run, run
 from toolkit.errors import ToolkitError
 from toolkit.events import Event, RunStarted
-from toolkit.live import RunView
+from toolkit.live.view import RunView
 
 log = logging.getLogger(__name__)
 PERIOD = 0.25  # seconds between refreshes of the status line while a run streams (4 per second)

@@ -14,8 +14,8 @@ from app import howto, views
 from app.howto import Plot
 from toolkit.api import list_runs, open_run
 from toolkit.errors import ToolkitError
-from toolkit.live import fold, settle, trace_for, traced_linears
-from toolkit.runs import RunRecord
+from toolkit.live.view import fold, settle, trace_for, traced_linears
+from toolkit.store.runs import RunRecord
 
 log = logging.getLogger(__name__)
 # the method options (any length) come last, so they never push perplexity off a laptop screen

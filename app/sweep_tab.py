@@ -20,12 +20,14 @@ from app import forms, howto
 from app.howto import Plot
 from app.jobs import DONE, SESSIONS, Job, device_queue
 from app.run_tab import PERIOD, _wait_turn, error_status, session_of
-from toolkit import viz_quant, viz_sweep
 from toolkit.api import RunConfig
 from toolkit.errors import ToolkitError
 from toolkit.events import Event, RunStarted
-from toolkit.live import RunView, progress_line
-from toolkit.sparsity import Unstructured
+from toolkit.figures import quant as viz_quant
+from toolkit.figures import sweep as viz_sweep
+from toolkit.live.phase import progress_line
+from toolkit.live.view import RunView
+from toolkit.spec.targets import Unstructured
 from toolkit.sweep import COLUMNS, SweepPoint, dense_reference, plan, run_sweep, write_csv
 
 DEFAULT_SPARSITIES = ("10%", "30%", "50%", "70%", "2:4")

@@ -1,4 +1,4 @@
-"""A :class:`toolkit.live.RunView` as the page shows it: figures, status line, result table.
+"""A :class:`toolkit.live.view.RunView` as the page shows it: figures, status line, result table.
 
 Pure functions (no Gradio): the Run tab calls :func:`render` on every tick with the revisions it
 sent last, so only figures whose data changed travel to the browser; the Runs tab renders a
@@ -14,9 +14,10 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from toolkit import viz_quant
-from toolkit.live import RunView, format_seconds, progress_line
-from toolkit.live_figures import FIGURES, SOLVER_PANELS, figure, solver_figures
+from toolkit.figures import quant as viz_quant
+from toolkit.figures.run_view import FIGURES, SOLVER_PANELS, figure, solver_figures
+from toolkit.live.phase import format_seconds, progress_line
+from toolkit.live.view import RunView
 
 __all__ = ["FIGURES", "SOLVER_PANELS", "figure", "solver_figures"]
 

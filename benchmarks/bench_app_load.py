@@ -15,7 +15,7 @@ responsiveness. Prints JSON:
 - ``all_finished``: every session's status line reached "finished", and the run store holds
   ``sessions`` finished runs (``store_finished``).
 
-Usage: ``python benchmarks/bench_app_load.py [--sessions 5] [--method fista] [--nsamples 64] [--loads 5]
+Usage: ``python -m benchmarks.bench_app_load [--sessions 5] [--method fista] [--nsamples 64] [--loads 5]
 [--submit browser|server]``
 """
 
@@ -33,9 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from browser_app import (  # noqa: E402
+from app import forms, run_tab
+from tests.helpers.browser_app import (
     browser,
     dom_click,
     enter,
@@ -44,9 +44,7 @@ from browser_app import (  # noqa: E402
     serve,
     session_page,
 )
-
-from app import forms, run_tab  # noqa: E402
-from toolkit.runs import list_runs  # noqa: E402
+from toolkit.store.runs import list_runs
 
 
 def browser_sessions(chromium: object, url: str, args: argparse.Namespace) -> Callable[[], list[str]]:

@@ -5,9 +5,9 @@ events built but dropped) on random weights and a Gram C = XXᵀ/N of random cor
 to the floor of the same number of (out, in) × (in, in) matmuls, so a change to the per-step
 overhead shows without the engine's capture, propagation or a noisy host in the way::
 
-    python benchmarks/bench_awp_solver.py --shapes smollm2 --repeats 3
-    python benchmarks/bench_awp_solver.py --shapes smollm2 --step-dtype bfloat16
-    python benchmarks/bench_awp_solver.py --shapes 4096x4096 11008x4096 --device cuda
+    python -m benchmarks.bench_awp_solver --shapes smollm2 --repeats 3
+    python -m benchmarks.bench_awp_solver --shapes smollm2 --step-dtype bfloat16
+    python -m benchmarks.bench_awp_solver --shapes 4096x4096 11008x4096 --device cuda
 """
 
 from __future__ import annotations
@@ -15,11 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
@@ -46,7 +42,7 @@ def measure(shape: str, device: str, repeats: int, sparsity: float, step_dtype: 
     """Seconds of the AWP solve (median of ``repeats``) and of its matmuls alone, in ``step_dtype``."""
     from toolkit.methods import awp
     from toolkit.methods.base import LinearStats, SolveContext
-    from toolkit.sparsity import Unstructured
+    from toolkit.spec.targets import Unstructured
 
     out, inn = (int(v) for v in shape.split("x"))
     W, C = problem(out, inn, device)
@@ -88,7 +84,7 @@ def main() -> None:
                         help="AWP's step_dtype option (the per-step matmul's dtype)")
     parser.add_argument("--json", default=None, help="also append the objects to this JSON-lines file")
     args = parser.parse_args()
-    from toolkit.memory import keep_freed_memory
+    from toolkit.runtime.memory import keep_freed_memory
 
     keep_freed_memory()
     shapes = [s for name in args.shapes for s in SHAPES.get(name, [name])]

@@ -11,7 +11,7 @@ setting: 64 + 128), after one warm-up; and the prefill latency (one forward over
 
     python -m toolkit prune --model smollm2-135m --method numerical --sparsity structured:30% \\
         --unit heads+channels --eval none --save-model --out runs
-    python benchmarks/bench_decode_ab.py --pruned runs/<run>/model [--rounds 7] [--threads 1]
+    python -m benchmarks.bench_decode_ab --pruned runs/<run>/model [--rounds 7] [--threads 1]
 """
 
 from __future__ import annotations
@@ -19,16 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from toolkit.data import load_tokens
-from toolkit.models import load_model
+from toolkit.data.text import load_tokens
+from toolkit.models.load import load_model
 
 
 def params(model: torch.nn.Module) -> int:

@@ -6,7 +6,7 @@ the machine's default thread settings (torchrun gives each rank OMP_NUM_THREADS=
 another; ``wall_seconds`` is the whole command (loading, evaluation and, under torchrun, the
 ranks' start), ``prune_seconds`` the engine's own time.
 
-    python benchmarks/bench_distributed.py --json benchmarks/results/cpu_distributed.jsonl [--eval-windows N] \
+    python -m benchmarks.bench_distributed --json benchmarks/results/cpu_distributed.jsonl [--eval-windows N] \
         [--threads 1]
 
 With ``--threads 1`` the one-process run uses one thread, as each torchrun rank does, so both sum in

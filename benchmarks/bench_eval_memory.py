@@ -1,12 +1,12 @@
 """Peak memory of a perplexity evaluation: full-vocabulary logits per batch (before) vs the chunked
-head of ``toolkit.evaluate`` (after). Prints one JSON object.
+head of ``toolkit.evaluation.perplexity`` (after). Prints one JSON object.
 
 Each implementation runs in its own process, on the same model and windows (wiki test, first
 ``--windows`` windows of ``--seqlen`` tokens, BOS where the model needs it). The evaluation's own
 peak is measured by resetting the kernel's high-water mark (``/proc/self/clear_refs``) after the
 model is loaded and reading ``VmHWM`` after the evaluation.
 
-    python benchmarks/bench_eval_memory.py --model smollm2-135m --seqlen 1024 --windows 8
+    python -m benchmarks.bench_eval_memory --model smollm2-135m --seqlen 1024 --windows 8
 """
 
 from __future__ import annotations
@@ -19,16 +19,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import torch
 import torch.nn.functional as F
 
-from toolkit.data import eval_windows, load_tokens
-from toolkit.evaluate import perplexity
-from toolkit.memory import keep_freed_memory
-from toolkit.models import load_model
-from toolkit.pipeline import bos_id
+from toolkit.data.text import eval_windows, load_tokens
+from toolkit.evaluation.perplexity import perplexity
+from toolkit.models.load import load_model
+from toolkit.run.pipeline import bos_id
+from toolkit.runtime.memory import keep_freed_memory
 
 
 def _rss_mb(field: str) -> float:

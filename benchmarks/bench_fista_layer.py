@@ -1,7 +1,7 @@
 """Time FISTAPruner on one linear with random correlated statistics; prints one JSON line per shape.
 
-    python benchmarks/bench_fista_layer.py                       # 576×576 and 1536×576 (SmolLM2 sizes)
-    python benchmarks/bench_fista_layer.py --rows 64 --cols 128 --tokens 512 --device cpu
+    python -m benchmarks.bench_fista_layer                       # 576×576 and 1536×576 (SmolLM2 sizes)
+    python -m benchmarks.bench_fista_layer --rows 64 --cols 128 --tokens 512 --device cpu
 
 Inputs: dense x with a random covariance and uneven column scales; pruned-path x* = x plus a
 small systematic drift, so the error-corrected objective is exercised. ``seconds`` covers the whole
@@ -18,7 +18,7 @@ import torch
 
 from toolkit.methods import fista
 from toolkit.methods.base import LinearStats, SolveContext
-from toolkit.sparsity import parse_sparsity
+from toolkit.spec.targets import parse_sparsity
 
 DEFAULT_SHAPES = ((576, 576), (1536, 576))
 

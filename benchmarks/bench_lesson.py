@@ -18,17 +18,15 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from app.lesson_tab import lesson_stream
-from toolkit import lesson
 from toolkit.errors import ToolkitError
+from toolkit.teach import lesson
 
 
 def browser_seconds(runs: str, model: str, screenshot: str | None) -> float:
     """Click → "lesson ready" in headless Chromium on the app serving ``runs``; optionally save a screenshot."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from browser_app import browser, open_page, serve, wait_for_text
+    from tests.helpers.browser_app import browser, open_page, serve, wait_for_text
 
     with serve(runs, model=model) as url, browser() as chromium:
         page = open_page(chromium, url, width=1440, height=2600)

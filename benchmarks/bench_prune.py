@@ -4,7 +4,7 @@ Protocol (the CPU protocol of the README): calibration wiki train, 32 × 512 tok
 evaluation wiki test, seqlen 512, all windows (``--eval-windows N`` for a quick look, and then the
 JSON says so). Every run is also recorded in the run store (``--out``).
 
-    python benchmarks/bench_prune.py --runs wanda@50% sparsegpt@50% magnitude@2:4 \
+    python -m benchmarks.bench_prune --runs wanda@50% sparsegpt@50% magnitude@2:4 \
         "fista@50%:warm_start=wanda" --json benchmarks/results/cpu.json
 
 A run is written ``method@sparsity[+quant][:key=value,key=value]``: ``awp@50%+int4``,
@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.host_clock import Clock
 from toolkit.api import RunConfig, prune_model

@@ -25,8 +25,8 @@ import torch
 from benchmarks.bench_thanos_layer import random_stats
 from toolkit.methods import get_method
 from toolkit.methods.base import LinearStats, SolveContext
-from toolkit.sparsity import Target, parse_sparsity
-from toolkit.spec import QuantSpec
+from toolkit.spec.compression import QuantSpec
+from toolkit.spec.targets import Target, parse_sparsity
 
 QUANT_METHODS = ("rtn", "gptq", "awq", "awp")
 PRUNE_METHODS = ("wanda", "sparsegpt", "awp")

@@ -1,7 +1,7 @@
 """Size, speed and perplexity of a structurally pruned model, dense vs pruned vs reloaded (prints JSON).
 
-The model is pruned by the block engine directly (``toolkit.block_engine.prune_blocks``), saved
-with ``toolkit.shrunk.save_shrunk`` and loaded back with ``toolkit.models.load_model``. Measured:
+The model is pruned by the block engine directly (``toolkit.engine.block.driver.prune_blocks``), saved
+with ``toolkit.models.shrunk.save_shrunk`` and loaded back with ``toolkit.models.load.load_model``. Measured:
 
 - parameters and checkpoint bytes (``*.safetensors``) before / after;
 - greedy generation tokens/s (batch 1, a 64-token prompt from the wiki test text, 128 new tokens,
@@ -10,7 +10,7 @@ with ``toolkit.shrunk.save_shrunk`` and loaded back with ``toolkit.models.load_m
 
 Calibration: wiki train, ``--nsamples`` × ``--seqlen`` windows, seed 0 (32 × 512 is the CPU protocol).
 
-    OMP_NUM_THREADS=2 python benchmarks/bench_structured_speed.py --method numerical --ratio 30%
+    OMP_NUM_THREADS=2 python -m benchmarks.bench_structured_speed --method numerical --ratio 30%
 """
 
 from __future__ import annotations
@@ -18,26 +18,24 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from toolkit.block_engine import prune_blocks
-from toolkit.data import CalibSpec, calibration_windows, eval_windows, load_tokens
-from toolkit.engine import EngineConfig, resolve_device
-from toolkit.evaluate import perplexity
-from toolkit.export import save_checkpoint
+from toolkit.data.text import CalibSpec, calibration_windows, eval_windows, load_tokens
+from toolkit.engine.block.driver import prune_blocks
+from toolkit.engine.state import EngineConfig
+from toolkit.engine.writeback import WriteBack
+from toolkit.evaluation.perplexity import perplexity
 from toolkit.methods import get_method
-from toolkit.models import load_model
-from toolkit.pipeline import bos_id
-from toolkit.shrunk import save_shrunk
-from toolkit.spec import parse_compression
-from toolkit.writeback import WriteBack
+from toolkit.models.load import load_model
+from toolkit.models.save import save_checkpoint
+from toolkit.models.shrunk import save_shrunk
+from toolkit.run.pipeline import bos_id
+from toolkit.runtime.devices import resolve_device
+from toolkit.spec.compression import parse_compression
 
 
 def checkpoint_bytes(folder: Path) -> int:

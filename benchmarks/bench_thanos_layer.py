@@ -20,7 +20,7 @@ import torch
 
 from toolkit.methods import sparsegpt, thanos
 from toolkit.methods.base import LinearStats, MethodSpec, SolveContext
-from toolkit.sparsity import Target, parse_sparsity
+from toolkit.spec.targets import Target, parse_sparsity
 
 DEFAULT_SHAPES = ((576, 576), (1536, 576))
 METHODS = (thanos.SPEC, sparsegpt.SPEC)

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from browser_app import (
+from tests.helpers.browser_app import (
     WATCH_JS,
     enter,
     first_cell_seconds,
@@ -41,7 +41,7 @@ def cold_dense_cache() -> Iterator[Path]:
     The converted checkpoint and the tokenised text are linked, not copied; only ``dense_ppl.json``
     is left out, so the run evaluates the dense model as a first run of a protocol does.
     """
-    from toolkit.models import cache_dir
+    from toolkit.models.sources import cache_dir
 
     source, previous = cache_dir(), os.environ.get("PRUNELAB_CACHE")
     with tempfile.TemporaryDirectory(prefix="prunelab-cache-") as folder:

@@ -11,7 +11,7 @@ embedded model (``--model smollm2-135m``) one Wanda run is measured (also click 
 and the status line 1 s after the click), the Run view is captured mid-run and Compare on that run
 and a SparseGPT run of the same protocol (:mod:`benchmarks.dashboard_embedded`).
 
-Usage: ``python benchmarks/dashboard_screens.py [--model tiny-llama] [--repeats 5] [--assets assets]
+Usage: ``python -m benchmarks.dashboard_screens [--model tiny-llama] [--repeats 5] [--assets assets]
 [--no-screens] [--nsamples N] [--cold-dense] [--out result.json]``
 """
 
@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from browser_app import (  # noqa: E402
+from benchmarks.dashboard_embedded import capture, cold_dense_cache, measured_run, plain_run, stored_results
+from tests.helpers.browser_app import (
     browser,
     first_cell_seconds,
     first_running_seconds,
@@ -37,8 +36,6 @@ from browser_app import (  # noqa: E402
     wait_for_text,
     watch_run,
 )
-
-from benchmarks.dashboard_embedded import capture, cold_dense_cache, measured_run, plain_run, stored_results  # noqa: E402
 
 
 def measure(chromium: object, url: str, method: str) -> dict[str, float | None]:

@@ -1,7 +1,7 @@
 """Turn benchmark JSON lines (bench_prune.py output) into the README's markdown tables.
 
-    python benchmarks/table.py benchmarks/results/*.jsonl          # one row per run
-    python benchmarks/table.py --grid benchmarks/results/*.jsonl   # ppl and time grids: variant × sparsity
+    python -m benchmarks.table benchmarks/results/*.jsonl          # one row per run
+    python -m benchmarks.table --grid benchmarks/results/*.jsonl   # ppl and time grids: variant × sparsity
 """
 
 from __future__ import annotations

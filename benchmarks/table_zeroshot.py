@@ -1,6 +1,6 @@
 """Turn ``prune --tasks … --json`` result files into the README's zero-shot table.
 
-    python benchmarks/table_zeroshot.py benchmarks/results/zeroshot_*.json
+    python -m benchmarks.table_zeroshot benchmarks/results/zeroshot_*.json
 
 One row for the dense model (taken from the first file that has it) and one per pruned run, one
 column per task (accuracy in %, the metric each task reports: acc or acc_norm), the mean over

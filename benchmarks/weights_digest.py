@@ -6,8 +6,8 @@ the keep-mask digest, and per-linear float sums, so two commits can be compared 
 digest ⇒ same weights ⇒ same perplexity) or, where float summation order differs, by how far
 apart they are::
 
-    python benchmarks/weights_digest.py --runs wanda@50% sparsegpt@2:4 awp@50%+int4 --json before.jsonl
-    python benchmarks/weights_digest.py --compare before.jsonl after.jsonl
+    python -m benchmarks.weights_digest --runs wanda@50% sparsegpt@2:4 awp@50%+int4 --json before.jsonl
+    python -m benchmarks.weights_digest --compare before.jsonl after.jsonl
 
 ``--model tiny-llama --nsamples 16 --seqlen 128`` fingerprints the same runs on a tiny model in seconds.
 """
@@ -18,10 +18,7 @@ import argparse
 import hashlib
 import json
 import shutil
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_prune import parse_run, split_spec
 

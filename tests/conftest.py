@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import torch
-from browser_app import browser
-from gate import Gate, registered
 
+from tests.helpers.gate import Gate, registered
+from tests.helpers.stats import correlated_stats
 from toolkit.methods.base import LinearStats
 
 
@@ -20,15 +19,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("browser") is not None and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
-
-
-def correlated_stats(width: int, tokens: int = 4096, seed: int = 0) -> tuple[torch.Tensor, LinearStats]:
-    """Inputs X (tokens, width) with a random covariance (correlated features) and their Gram mean."""
-    gen = torch.Generator().manual_seed(seed)
-    mix = torch.randn(width, width, generator=gen) / width**0.5
-    scale = torch.exp(torch.randn(width, generator=gen))  # uneven column norms, as in LLM activations
-    X = torch.randn(tokens, width, generator=gen) @ mix * scale
-    return X, LinearStats(gram=X.T @ X / tokens, count=tokens)
 
 
 @pytest.fixture
@@ -54,10 +44,3 @@ def held(gate: Gate) -> Iterator[Gate]:
     finally:
         gate.open()
         print("gate log of this test:", *gate.log[max(0, start - 12):], sep="\n  ")  # shown when the test fails
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    """One headless Debian Chromium per browser test module."""
-    with browser() as instance:
-        yield instance

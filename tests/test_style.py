@@ -1,4 +1,4 @@
-"""House rules that a linter does not check: module size (STYLE R14) and a UI free of torch (R7)."""
+"""House rules that a linter does not check: module size (CONTRIBUTING.md R14) and a UI free of torch (R7)."""
 
 from __future__ import annotations
 

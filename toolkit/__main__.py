@@ -1,7 +1,7 @@
-"""``python -m toolkit``: see :mod:`toolkit.cli`."""
+"""``python -m toolkit``: see :mod:`toolkit.cli.main`."""
 
 import sys
 
-from toolkit.cli import main
+from toolkit.cli.main import main
 
 sys.exit(main())

@@ -1,4 +1,7 @@
-"""Exceptions a user can act on (STYLE R13): the message says what to change."""
+"""Exceptions a user can act on (CONTRIBUTING.md R13): the message says what to change, with "did you mean" hints."""
+
+import difflib
+from collections.abc import Iterable
 
 
 class ToolkitError(ValueError):
@@ -15,3 +18,9 @@ class RunCancelled(Exception):  # no Error suffix: it is a signal, not an error
 
 class DistributedError(ToolkitError):
     """A rank of a ``--distributed`` run disagreed, failed, died or timed out; the run is marked failed."""
+
+
+def suggest(name: str, choices: Iterable[str]) -> str:
+    """" Did you mean: x?" or "" when nothing is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" Did you mean: {close[0]}?" if close else ""

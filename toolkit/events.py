@@ -1,4 +1,4 @@
-"""Typed, JSON-serialisable events: the spine every UI and the run store consume (STYLE R6).
+"""Typed, JSON-serialisable events: the spine every UI and the run store consume (CONTRIBUTING.md R6).
 
 Each kind is a frozen dataclass holding plain data (str, int, float, lists, dicts) and never a
 tensor. ``to_dict`` adds a ``"type"`` tag so a run's ``events.jsonl`` can be replayed with
@@ -34,7 +34,7 @@ class RunStarted(Event):
     """A pruning run began; ``linears`` lists the qualified names of every linear to prune.
 
     ``sparsity`` is the compression's label (``50%``, ``2:4+int4:g128``); ``compression`` its plain
-    data (:meth:`toolkit.spec.Compression.to_dict`: label, kind, sparsity, quant, unit), empty in
+    data (:meth:`toolkit.spec.compression.Compression.to_dict`: label, kind, sparsity, quant, unit), empty in
     schema-1 runs.
     """
 
@@ -177,7 +177,7 @@ class RunFinished(Event):
     """The run completed.
 
     ``achieved_sparsity`` comes from the keep-masks; the accounting fields (see
-    :mod:`toolkit.accounting`; None/nan in schema-1 runs): decoder-layer linear weights before and
+    :mod:`toolkit.run.accounting`; None/nan in schema-1 runs): decoder-layer linear weights before and
     after (structural), weights kept by the masks, storage bits per weight of those linears (scales
     counted, dense ones at their dtype), the model's estimated bytes when stored compressed, and
     the bytes of the saved checkpoint on disk (None without ``--save-model``).
@@ -229,9 +229,9 @@ def event_from_dict(data: dict[str, Any]) -> Event:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Block-scope (structured) runs: numerical, flap, wanda-sp, magnitude-sp (toolkit.block_engine). A block run emits
-# LayerScored per layer (pass 1), one GlobalRanking, then per layer LayerStarted, SublayerPruned per replaced Linear,
-# UnitsRemoved per kind and LayerDone (pass 2).
+# Block-scope (structured) runs: numerical, flap, wanda-sp, magnitude-sp (toolkit.engine.block.driver). A block run
+# emits LayerScored per layer (pass 1), one GlobalRanking, then per layer LayerStarted, SublayerPruned per replaced
+# Linear, UnitsRemoved per kind and LayerDone (pass 2).
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -339,7 +339,7 @@ class TaskScore(Event):
 
 @dataclass(frozen=True, slots=True)
 class Generated(Event):
-    """A greedy continuation of ``prompt``: ``which`` is "dense" or "pruned" (see :mod:`toolkit.generate`)."""
+    """A greedy continuation of ``prompt``: ``which`` is "dense" or "pruned" (:mod:`toolkit.evaluation.generate`)."""
 
     kind: ClassVar[str] = "Generated"
     which: str

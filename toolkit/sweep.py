@@ -20,8 +20,8 @@ from toolkit.api import CancelToken, RunConfig, find_finished, open_run, run
 from toolkit.errors import ToolkitError
 from toolkit.events import Event, RunFailed, RunFinished, RunStarted
 from toolkit.methods import get_method
-from toolkit.sparsity import Target, parse_sparsity
-from toolkit.spec import QuantSpec, parse_quant, target_kind
+from toolkit.spec.compression import QuantSpec, parse_quant, target_kind
+from toolkit.spec.targets import Target, parse_sparsity
 
 COLUMNS = ("method", "sparsity", "achieved_sparsity", "ppl", "dense_ppl", "prune_seconds", "status", "reused", "run_id",
            "pattern", "quant", "bits_per_weight", "accuracy", "dense_accuracy")

@@ -7,23 +7,18 @@ import math
 import pytest
 import torch
 
-from tests.conftest import correlated_stats
-from toolkit.engine import reconstruction_errors
+from tests.helpers.stats import correlated_stats
+from toolkit.engine.solve import reconstruction_errors
 from toolkit.errors import NumericalError, RunCancelled, ToolkitError
 from toolkit.events import RunWarning, SolverStep
 from toolkit.methods import awp, get_method, rtn, wanda
-from toolkit.methods.awp_projection import (
-    Projector,
-    RowMask,
-    keep_largest_per_row,
-    project_sparse,
-    zero_point_codes,
-)
+from toolkit.methods.awp_projection import Projector, RowMask, keep_largest_per_row, project_sparse
 from toolkit.methods.awp_solver import Quadratic
 from toolkit.methods.base import LinearStats, SolveContext
-from toolkit.quant import dequantize, quantize
-from toolkit.sparsity import NM, Structured, Unstructured, keep_topk_per_row, nm_violations
-from toolkit.spec import Compression, QuantSpec
+from toolkit.methods.masks import keep_topk_per_row, nm_violations
+from toolkit.methods.quant_grid import dequantize, quantize, zero_point_codes
+from toolkit.spec.compression import Compression, QuantSpec
+from toolkit.spec.targets import NM, Structured, Unstructured
 
 INT4 = QuantSpec(4, 64)
 

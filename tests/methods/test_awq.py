@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import correlated_stats
-from toolkit.engine import reconstruction_errors
+from tests.helpers.stats import correlated_stats
+from toolkit.engine.solve import reconstruction_errors
 from toolkit.errors import ToolkitError
 from toolkit.methods import awq, get_method, rtn, two_stage, wanda
-from toolkit.methods.awp_projection import zero_point_codes
 from toolkit.methods.base import LinearStats, SolveContext
-from toolkit.quant import dequantize, quantize
-from toolkit.sparsity import NM, Structured, Unstructured, nm_violations
-from toolkit.spec import QuantSpec
+from toolkit.methods.masks import nm_violations
+from toolkit.methods.quant_grid import dequantize, quantize, zero_point_codes
+from toolkit.spec.compression import QuantSpec
+from toolkit.spec.targets import NM, Structured, Unstructured
 
 INT4 = QuantSpec(4, 64)
 

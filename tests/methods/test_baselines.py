@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import correlated_stats
-from toolkit.engine import reconstruction_errors
+from tests.helpers.stats import correlated_stats
+from toolkit.engine.solve import reconstruction_errors
 from toolkit.errors import NumericalError, ToolkitError
 from toolkit.events import RunWarning
 from toolkit.methods import METHODS, get_method
 from toolkit.methods.base import LinearStats, SolveContext, damped_cholesky_inverse
-from toolkit.sparsity import NM, Structured, Unstructured, nm_violations
+from toolkit.methods.masks import nm_violations
+from toolkit.spec.targets import NM, Structured, Unstructured
 
 BASELINES = ("magnitude", "wanda", "sparsegpt")
 TARGETS = (Unstructured(0.5), Unstructured(0.7), NM(2, 4), NM(4, 8), Structured(0.3))

@@ -9,15 +9,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import correlated_stats
-from toolkit.engine import reconstruction_errors
+from tests.helpers.stats import correlated_stats
+from toolkit.engine.solve import reconstruction_errors
 from toolkit.errors import NumericalError, RunCancelled, ToolkitError
 from toolkit.events import LambdaStep, RunWarning, SolverStep
 from toolkit.methods import fista, get_method, magnitude, sparsegpt, wanda
 from toolkit.methods.base import LinearStats, SolveContext
 from toolkit.methods.fista_solver import InnerSettings, build_quadratic, lipschitz, round_to_target, soft_threshold
 from toolkit.methods.fista_solver import fista as run_fista
-from toolkit.sparsity import NM, Structured, Unstructured, nm_violations
+from toolkit.methods.masks import nm_violations
+from toolkit.spec.targets import NM, Structured, Unstructured
 
 WARM = {"wanda": wanda, "sparsegpt": sparsegpt, "magnitude": magnitude}
 
@@ -304,10 +305,11 @@ def test_lambda_units() -> None:
 
 
 def test_through_the_engine_on_a_tiny_llama() -> None:
-    from toolkit.data import CalibSpec, calibration_windows
-    from toolkit.engine import EngineConfig, prune_layers
+    from toolkit.data.text import CalibSpec, calibration_windows
+    from toolkit.engine.prune import prune_layers
+    from toolkit.engine.state import EngineConfig
     from toolkit.events import SublayerPruned
-    from toolkit.models import load_model
+    from toolkit.models.load import load_model
 
     model = load_model("tiny-llama").model
     tokens = torch.randint(0, 256, (2000,), generator=torch.Generator().manual_seed(0))

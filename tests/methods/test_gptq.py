@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import correlated_stats
-from toolkit.engine import reconstruction_errors
+from tests.helpers.stats import correlated_stats
+from toolkit.engine.solve import reconstruction_errors
 from toolkit.errors import NumericalError, ToolkitError
 from toolkit.methods import get_method, gptq, rtn
 from toolkit.methods.base import LinearStats, Produces, SolveContext
-from toolkit.quant import dequantize, grid, quantize
-from toolkit.sparsity import Unstructured
-from toolkit.spec import QuantSpec
+from toolkit.methods.quant_grid import dequantize, grid, quantize
+from toolkit.spec.compression import QuantSpec
+from toolkit.spec.targets import Unstructured
 
 SPECS = (QuantSpec(4, 64), QuantSpec(3, 32), QuantSpec(4, 0), QuantSpec(4, 64, symmetric=True), QuantSpec(2, 100))
 

@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
-from tests.conftest import correlated_stats
+from tests.helpers.stats import correlated_stats
 from toolkit.errors import ToolkitError
 from toolkit.methods import get_method
 from toolkit.methods.base import LinearStats, Scope, SolveContext
-from toolkit.methods.block import HeadLayout, InputStats, unit_means
-from toolkit.methods.compensation import bias_update, compensate, eq11_update, least_squares_update, output_error
-from toolkit.methods.numerical import (
+from toolkit.methods.block.base import HeadLayout, InputStats, unit_means
+from toolkit.methods.block.compensation import bias_update, compensate, eq11_update, least_squares_update, output_error
+from toolkit.methods.block.numerical import (
     NumericalConfig,
     channel_scores,
     closed_form_scores,

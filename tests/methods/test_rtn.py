@@ -8,9 +8,9 @@ import torch
 from toolkit.errors import ToolkitError
 from toolkit.methods import get_method, rtn
 from toolkit.methods.base import LinearStats, Produces, SolveContext
-from toolkit.quant import dequantize, quantize
-from toolkit.sparsity import Unstructured
-from toolkit.spec import Compression, QuantSpec
+from toolkit.methods.quant_grid import dequantize, quantize
+from toolkit.spec.compression import Compression, QuantSpec
+from toolkit.spec.targets import Unstructured
 
 
 def solve(W: torch.Tensor, spec: QuantSpec | None, target: object = None):

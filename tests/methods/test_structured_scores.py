@@ -8,8 +8,8 @@ import torch
 from toolkit.errors import ToolkitError
 from toolkit.methods import get_method
 from toolkit.methods.base import Produces, Scope
-from toolkit.methods.block import BlockStats, BlockTensors, HeadLayout, InputStats
-from toolkit.methods.structured_scores import flap_score, magnitude_score, wanda_sp_score
+from toolkit.methods.block.base import BlockStats, BlockTensors, HeadLayout, InputStats
+from toolkit.methods.block.scores import flap_score, magnitude_score, wanda_sp_score
 
 # 2 query heads of Dh = 2 sharing 1 KV head (n_rep = 2), hidden D = 2, 3 MLP channels
 Q = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0], [0.0, 2.0]])  # (H·Dh, D)

@@ -13,13 +13,14 @@ import pytest
 import torch
 from torch import Tensor
 
-from tests.conftest import correlated_stats
+from tests.helpers.stats import correlated_stats
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import BlockStep, Event, RunWarning
 from toolkit.methods import get_method, magnitude, sparsegpt, thanos, wanda
 from toolkit.methods.base import LinearStats, PruneResult, SolveContext
+from toolkit.methods.masks import nm_violations
 from toolkit.methods.thanos_update import multiweight_update, removal_positions, residual_block_mask, structured_update
-from toolkit.sparsity import NM, Structured, Target, Unstructured, nm_violations
+from toolkit.spec.targets import NM, Structured, Target, Unstructured
 
 
 def _problem(rows: int, cols: int, seed: int = 0, tokens: int = 1024) -> tuple[Tensor, LinearStats]:

@@ -1,4 +1,14 @@
-"""The method registry: one explicit dict (STYLE R11). A new method = 1 file + 1 line here."""
+"""The compression methods: pure solvers and their registry.
+
+The compression methods: pure solvers that take a weight and its statistics and return a new
+weight, a keep-mask and/or a quantization state (docs/architecture.md "Statistics live in the engine").
+
+One file per method plus the registry below (one line per method: CONTRIBUTING.md R11). Shared pieces: the contract
+(:mod:`~toolkit.methods.base`), keep-mask builders (:mod:`~toolkit.methods.masks`), the quantization
+grid (:mod:`~toolkit.methods.quant_grid`); block-scope methods in :mod:`toolkit.methods.block`.
+May import :mod:`toolkit.spec`, :mod:`toolkit.events`, :mod:`toolkit.errors` and torch; never the
+engine, a run, the models or a surface.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +18,15 @@ from toolkit.methods import (
     fista,
     gptq,
     magnitude,
-    numerical,
     rtn,
     sparsegpt,
-    structured_scores,
     thanos,
     two_stage,
     wanda,
 )
 from toolkit.methods.base import LinearStats, MethodSpec, PruneResult, SolveContext, Stat
+from toolkit.methods.block import numerical
+from toolkit.methods.block import scores as structured_scores
 from toolkit.methods.registry import build_registry, lookup
 
 METHODS: dict[str, MethodSpec] = build_registry(

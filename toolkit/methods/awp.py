@@ -90,9 +90,9 @@ from toolkit.methods.base import (
     option,
 )
 from toolkit.methods.quant_base import all_kept, checked_gram, sparse_target, stats_on
-from toolkit.quant import dequantize, quantize
-from toolkit.sparsity import NM, Target, Unstructured
-from toolkit.spec import QuantSpec
+from toolkit.methods.quant_grid import dequantize, quantize
+from toolkit.spec.compression import QuantSpec
+from toolkit.spec.targets import NM, Target, Unstructured
 
 
 @dataclass(frozen=True)

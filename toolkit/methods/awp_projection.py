@@ -9,7 +9,7 @@ quantized; then Θ = dequantize(state) exactly).
   n:m keeps the n largest |Z| of every m consecutive inputs of a row (an extension, not in the
   paper).
 - ``Proj_INTb``: round-to-nearest on the asymmetric (or symmetric) min-max grid of
-  :mod:`toolkit.quant`, recomputed from the projected matrix at every call (A6), or frozen at the
+  :mod:`toolkit.methods.quant_grid`, recomputed from the projected matrix at every call (A6), or frozen at the
   first grid the projector computed (``frozen=True``).
 - joint (§1.5c): ``prune_first`` = Proj_INT(Proj_row(Z)) (the paper's experiments: the grid is the
   min-max of the pruned matrix, zeros included), ``quant_first`` = Proj_row(Proj_INT(Z)) (the
@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from toolkit.quant import QuantState, codes_on_grid, dequantize, group_width, quantize
-from toolkit.sparsity import NM, Unstructured, keep_nm, keep_topk_per_row
-from toolkit.spec import QuantSpec
+from toolkit.methods.masks import keep_nm, keep_topk_per_row
+from toolkit.methods.quant_grid import QuantState, codes_on_grid, dequantize, mask_state, quantize
+from toolkit.spec.compression import QuantSpec
+from toolkit.spec.targets import NM, Unstructured
 
 SparseTarget = Unstructured | NM
 
@@ -61,7 +62,7 @@ class RowMask:
 
 
 def keep_largest_per_row(scores: Tensor, prune: int, hint: RowMask | None = None) -> Tensor:
-    """:func:`~toolkit.sparsity.keep_topk_per_row` (same mask), with two fast paths.
+    """:func:`~toolkit.methods.masks.keep_topk_per_row` (same mask), with two fast paths.
 
     ``hint``: a keep-mask with ``in − prune`` True per row (the previous PGD step's). Row i keeps
     exactly the hint's entries when min_{j kept} s_ij > max_{j pruned} s_ij: then the kept set is
@@ -113,19 +114,6 @@ def project_sparse(Z: Tensor, target: SparseTarget) -> tuple[Tensor, Tensor]:
     """Proj_row without a warm start: (Z ⊙ keep, keep)."""
     P, mask = project_rows(Z, target)
     return P, mask.keep
-
-
-def zero_point_codes(state: QuantState) -> Tensor:
-    """(out, in) uint8: every weight's group zero point, the code that dequantizes to exactly 0."""
-    columns = state.codes.shape[1]
-    width = group_width(state.spec, columns)
-    return state.zeros.repeat_interleave(width, dim=1)[:, :columns].round().to(torch.uint8)
-
-
-def mask_state(state: QuantState, keep: Tensor) -> QuantState:
-    """The state with the codes of pruned weights (keep False) set to the zero point (exact 0)."""
-    codes = torch.where(keep, state.codes, zero_point_codes(state))
-    return QuantState(codes, state.scales, state.zeros, state.spec)
 
 
 def ramp_target(target: SparseTarget, step: int, ramp: int) -> SparseTarget:

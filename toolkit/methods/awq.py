@@ -1,6 +1,6 @@
 """AWQ (Lin et al. 2024, arXiv:2306.00978): activation-aware per-input-channel scaling, then clipping.
 
-One linear, W (out, in), C = XXᵀ/N (in, in), grid Q = RTN on ``ctx.quant`` (:mod:`toolkit.quant`).
+One linear, W (out, in), C = XXᵀ/N (in, in), grid Q = RTN on ``ctx.quant`` (:mod:`toolkit.methods.quant_grid`).
 
 1. Scale search (``auto_scale`` of llm-awq): for α ∈ {0, 1/n, …, (n−1)/n} (``n_grid`` = 20)::
 
@@ -26,7 +26,7 @@ op to fold 1/s into, so the weight it computes with is Ŵ = Q(clip(W·diag(s)))�
 weight plus ``input_scale`` = s, with ``weight == dequantize(quant) / input_scale`` (see
 :func:`effective_weight`; for s = 1 it is a plain state). Ŵ is not on any per-group grid of the
 original columns, so a pack-quantized checkpoint cannot hold it exactly: real AWQ folds 1/s into
-the preceding norm or linear, which a per-linear method cannot do. :mod:`toolkit.export_quant`
+the preceding norm or linear, which a per-linear method cannot do. :mod:`toolkit.models.save_quant`
 therefore refuses AWQ states (it never re-quantizes Ŵ, which would change the values); export
 rtn, gptq or awp results instead.
 """
@@ -50,9 +50,9 @@ from toolkit.methods.base import (
     option,
 )
 from toolkit.methods.quant_base import all_kept, checked_gram, quant_only, stats_on
-from toolkit.quant import QuantState, dequantize, group_width, project, quantize
-from toolkit.sparsity import Target
-from toolkit.spec import QuantSpec
+from toolkit.methods.quant_grid import QuantState, dequantize, group_width, project, quantize
+from toolkit.spec.compression import QuantSpec
+from toolkit.spec.targets import Target
 
 QK_NAMES = ("q_", "k_", "query", "key", "Wqkv")  # llm-awq skips clipping for these
 

@@ -1,4 +1,4 @@
-"""The contract between the engine and the methods (STYLE R2, R3, R11).
+"""The contract between the engine and the methods (CONTRIBUTING.md R2, R3, R11).
 
 A method is a pure solver: it receives one linear's weight ``W`` (out, in) in float32, the
 statistics it declared in :attr:`MethodSpec.needs`, a sparsity :data:`Target` and its config,
@@ -26,13 +26,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from toolkit.errors import NumericalError, RunCancelled, ToolkitError
+from toolkit.errors import NumericalError, RunCancelled, ToolkitError, suggest
 from toolkit.events import Event, RunWarning
-from toolkit.sparsity import NM, Structured, Target, Unstructured
+from toolkit.spec.targets import NM, Structured, Target, Unstructured
 
 if typing.TYPE_CHECKING:
-    from toolkit.quant import QuantState
-    from toolkit.spec import Compression, QuantSpec, Unit
+    from toolkit.methods.quant_grid import QuantState
+    from toolkit.spec.compression import Compression, QuantSpec, Unit
 
 SOLVER_DTYPE = torch.float32  # statistics and solves (R3); float64 where a solve asks for it
 
@@ -68,7 +68,7 @@ class SolveContext:
     """What a solver may do besides computing, and the quantization grid to produce.
 
     A solver may emit events and honour cancellation.
-    ``quant`` is the run's :class:`~toolkit.spec.QuantSpec` (None when only pruning),
+    ``quant`` is the run's :class:`~toolkit.spec.compression.QuantSpec` (None when only pruning),
     while the sparsity target is the solver's ``target`` argument (None when only quantizing).
     """
 
@@ -224,8 +224,6 @@ def build_config(cls: type, options: dict[str, Any], method: str) -> Any:
     kwargs = {}
     for key, raw in options.items():
         if key not in fields:
-            from toolkit.methods.registry import suggest
-
             raise ToolkitError(
                 f"{method} has no option {key!r}.{suggest(key, fields)} "
                 f"Options: {', '.join(fields) or 'none'}"

@@ -65,7 +65,7 @@ from toolkit.methods.fista_solver import (
     round_to_target,
     zero_fraction,
 )
-from toolkit.sparsity import NM, Target, Unstructured, validate_for_shape
+from toolkit.spec.targets import NM, Target, Unstructured, validate_for_shape
 
 WARM_STARTS: dict[str, tuple[Callable[..., PruneResult], type]] = {
     "wanda": (wanda.prune, wanda.WandaConfig),

@@ -34,7 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from toolkit.sparsity import NM, Target, Unstructured, keep_mask_from_scores, nm_violations, unstructured_count
+from toolkit.methods.masks import keep_mask_from_scores, nm_violations
+from toolkit.spec.targets import NM, Target, Unstructured, unstructured_count
 
 POWER_ITERS = 100  # power-iteration steps for λ_max(G) when eigvalsh is not wanted
 POWER_PAD = 1.01  # power iteration under-estimates λ_max; a step 1/L must not exceed 1/λ_max

@@ -9,7 +9,7 @@ yet quantized (eq. 3 / Algorithm 1 of the paper)::
 in lazy blocks of ``block_size`` columns (after a block, W_{:,right} −= Err · U_{block,right}), the
 same sweep as :mod:`toolkit.methods.sparsegpt`.
 
-Grid (``ctx.quant``, the min-max grid of :mod:`toolkit.quant`): with groups narrower than the row
+Grid (``ctx.quant``, the min-max grid of :mod:`toolkit.methods.quant_grid`): with groups narrower than the row
 and ``act_order=False``, each group's scale and zero point are computed from the group's *current*
 (error-updated) weights when the sweep enters it (GPTQ's ``static_groups=False``). Blocks are
 aligned to groups, so those are always up to date; the reference reads them from its outer W,
@@ -44,9 +44,9 @@ from toolkit.methods.base import (
     zero_dead_inputs,
 )
 from toolkit.methods.quant_base import all_kept, checked_gram, quant_only
-from toolkit.quant import QuantState, dequantize, grid, group_width
-from toolkit.sparsity import Target
-from toolkit.spec import QuantSpec
+from toolkit.methods.quant_grid import QuantState, dequantize, grid, group_width
+from toolkit.spec.compression import QuantSpec
+from toolkit.spec.targets import Target
 
 
 @dataclass(frozen=True)

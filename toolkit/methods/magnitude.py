@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from toolkit.methods.base import LinearStats, MethodSpec, PruneResult, SolveContext, structured_supported
-from toolkit.sparsity import Target, keep_mask_from_scores
+from toolkit.methods.masks import keep_mask_from_scores
+from toolkit.spec.targets import Target
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Shared checks of the quantizing solvers (rtn, gptq, awq, awp and the two-stage pipelines).
 
-A quantizing solver gets its grid from ``ctx.quant`` (a :class:`~toolkit.spec.QuantSpec`) and its
+A quantizing solver gets its grid from ``ctx.quant`` (a :class:`~toolkit.spec.compression.QuantSpec`) and its
 sparsity from ``target``; these helpers turn a missing or unsupported combination into a one-line
 :class:`ToolkitError` and non-finite statistics into a :class:`NumericalError`.
 """
@@ -12,8 +12,8 @@ from torch import Tensor
 
 from toolkit.errors import NumericalError, ToolkitError
 from toolkit.methods.base import SOLVER_DTYPE, LinearStats, SolveContext
-from toolkit.sparsity import NM, Target, Unstructured, validate_for_shape
-from toolkit.spec import QuantSpec
+from toolkit.spec.compression import QuantSpec
+from toolkit.spec.targets import NM, Target, Unstructured, validate_for_shape
 
 
 def checked_gram(W: Tensor, stats: LinearStats, ctx: SolveContext, method: str) -> Tensor:

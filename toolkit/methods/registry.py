@@ -1,18 +1,11 @@
-"""Name → :class:`MethodSpec`, with "did you mean" errors (STYLE R11)."""
+"""Name → :class:`MethodSpec`, with "did you mean" errors (CONTRIBUTING.md R11)."""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
-from toolkit.errors import ToolkitError
+from toolkit.errors import ToolkitError, suggest
 from toolkit.methods.base import MethodSpec
-
-
-def suggest(name: str, choices: Iterable[str]) -> str:
-    """" Did you mean: x?" or "" when nothing is close."""
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
-    return f" Did you mean: {close[0]}?" if close else ""
 
 
 def build_registry(specs: Iterable[MethodSpec]) -> dict[str, MethodSpec]:

@@ -1,7 +1,7 @@
 """Round-to-nearest (RTN): every weight to the nearest point of its group's min-max grid.
 
 For each row and group g of ``group_size`` consecutive inputs (``ctx.quant``; notation of
-:mod:`toolkit.quant`): s = max(max w_g − min w_g, 1e-5)/qmax, z = clamp(−round(min w_g / s), 0, qmax),
+:mod:`toolkit.methods.quant_grid`): s = max(max w_g − min w_g, 1e-5)/qmax, z = clamp(−round(min w_g / s), 0, qmax),
 q = clamp(round(w/s) + z, 0, qmax), ŵ = (q − z)·s (symmetric: s = 2·max|w_g|/qmax, z = (qmax+1)/2).
 No calibration data is used: the baseline of GPTQ, AWQ and AWP (whose quantize mode starts from it).
 """
@@ -14,8 +14,8 @@ from torch import Tensor
 
 from toolkit.methods.base import SOLVER_DTYPE, LinearStats, MethodSpec, Produces, PruneResult, SolveContext, Stat
 from toolkit.methods.quant_base import all_kept, quant_only
-from toolkit.quant import dequantize, quantize
-from toolkit.sparsity import Target
+from toolkit.methods.quant_grid import dequantize, quantize
+from toolkit.spec.targets import Target
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ from toolkit.methods.base import (
     structured_supported,
     zero_dead_inputs,
 )
-from toolkit.sparsity import NM, Structured, Target, Unstructured, keep_columns, keep_nm, keep_topk_global
+from toolkit.methods.masks import keep_columns, keep_nm, keep_topk_global
+from toolkit.spec.targets import NM, Structured, Target, Unstructured
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ from toolkit.methods.base import (
     structured_supported,
     zero_dead_inputs,
 )
+from toolkit.methods.masks import keep_nm
 from toolkit.methods.thanos_update import (
     ceil_count,
     multiweight_update,
@@ -83,7 +84,7 @@ from toolkit.methods.thanos_update import (
     row_scores,
     structured_update,
 )
-from toolkit.sparsity import NM, Structured, Target, Unstructured, keep_nm
+from toolkit.spec.targets import NM, Structured, Target, Unstructured
 
 PAPER_BLOCK = {Unstructured: 128, NM: 512}  # §5.1; structured is one-shot
 PAPER_ALPHA = {Unstructured: 0.0, NM: 0.1, Structured: 0.1}  # §5.1 "unless stated otherwise"

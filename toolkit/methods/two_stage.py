@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from toolkit.methods import awq, wanda
-from toolkit.methods.awp_projection import mask_state
 from toolkit.methods.base import (
     SOLVER_DTYPE,
     LinearStats,
@@ -32,7 +31,8 @@ from toolkit.methods.base import (
     option,
 )
 from toolkit.methods.quant_base import checked_gram, joint_spec, stats_on
-from toolkit.sparsity import NM, Target, Unstructured
+from toolkit.methods.quant_grid import mask_state
+from toolkit.spec.targets import NM, Target, Unstructured
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Helpers shared by the test packages: tiny models, synthetic runs, gates, browser drivers."""

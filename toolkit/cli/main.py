@@ -1,0 +1,371 @@
+"""The command line: ``python -m toolkit prune | eval | methods | runs``.
+
+A user's mistake prints one line starting with ``error:`` and exits with 2 (no traceback), before
+any model loads; a failure of the machine or a library (disk full, permission denied, out of
+memory, an unforeseen exception) prints one ``error:`` line and exits with 1, and the run store
+marks the run failed. ``--debug`` (or ``PRUNELAB_DEBUG=1``) shows the traceback instead. A
+cancelled run (Ctrl-C) exits with 130 and is marked cancelled in the run store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from toolkit.engine.options import FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL
+from toolkit.errors import RunCancelled, ToolkitError
+
+
+def _parse_set(items: Sequence[str]) -> dict[str, str]:
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ToolkitError(f"--set takes key=value, got {item!r}")
+        options[key.strip()] = value.strip()
+    return options
+
+
+def _windows(text: str | None) -> int | None:
+    if text is None or text == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ToolkitError(f"--eval-windows takes a number or 'all', got {text!r}") from None
+
+
+def _task_args(parser: argparse.ArgumentParser, limit_flag: str, what: str) -> None:
+    """--tasks, the per-task limit and --task-data (zero-shot accuracy, toolkit/evaluation/zeroshot.py)."""
+    parser.add_argument("--tasks", default=None, help=f"{what}, e.g. boolq,rte,hellaswag,winogrande,arc_easy,"
+                                                      "arc_challenge,openbookqa (lm-eval, 0 shots)")
+    parser.add_argument(limit_flag, type=int, default=None, help="score only the first N examples of each task")
+    parser.add_argument("--task-data", default="auto", choices=("auto", "local", "hub"),
+                        help="auto: lm-eval's stock tasks when the hub is reachable, else the local validation copies")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (sub-commands prune, eval, methods, runs)."""
+    parser = argparse.ArgumentParser(prog="python -m toolkit", description="PruneLab: post-training pruning of LLMs")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of a failure instead of one error line (also PRUNELAB_DEBUG=1)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prune", help="prune a model and evaluate it")
+    p.add_argument("--model", default="smollm2-135m", help="smollm2-135m | tiny-llama | DIR | FILE.gguf | HF id")
+    p.add_argument("--method", default="wanda", help="see `python -m toolkit methods`")
+    p.add_argument("--sparsity", default=None,
+                   help="50%%, 0.5, 2:4, 4:8, structured:30%%, or none (default: 50%% unless --quant is given)")
+    p.add_argument("--quant", default=None, help="weight quantization: int8, int4, int3, int2, optionally with a "
+                   "group size (int4:g128, the default; g0 = one group per row) and :sym (quantizing methods only)")
+    p.add_argument("--unit", default=None, help="structural unit a block-scope method removes: heads | channels | "
+                   "heads+channels (needs --sparsity structured:P%%)")
+    p.add_argument("--calib", default="wiki", help="wiki | wikitext2 | c4 | ptb | FILE.txt")
+    p.add_argument("--nsamples", type=int, default=32)
+    p.add_argument("--seqlen", type=int, default=512)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval", default="wiki", help="evaluation text, or 'none'")
+    p.add_argument("--encoding", default="utf-8", help="encoding of --calib / --eval text files (e.g. latin-1)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for tensor ops (default: torch's, or $PRUNELAB_THREADS)")
+    p.add_argument("--eval-seqlen", type=int, default=512)
+    p.add_argument("--eval-windows", default=None, help="score only the first N windows (default: all)")
+    p.add_argument("--eval-dense", action="store_true", help="also report the dense perplexity (cached)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a method option")
+    p.add_argument("--propagate", default=None, choices=PROPAGATE, help="default: the method's")
+    p.add_argument("--sequential", default=None, choices=SEQUENTIAL, help="default: the method's")
+    p.add_argument("--batch-size", type=int, default=8, help="calibration windows per forward pass (unfused)")
+    p.add_argument("--fused", default="auto", choices=FUSED,
+                   help="sequential=group in one pass per layer over all windows at once (auto: when it fits "
+                        "in memory); same numbers as off, one forward per layer instead of 3–4")
+    p.add_argument("--error-windows", type=int, default=4,
+                   help="calibration windows behind each layer's output error (and Wanda's reported rel_error)")
+    p.add_argument("--out", default=None, help="run store folder; given, the pruned model is saved there too")
+    p.add_argument("--save-model", action="store_true", help="save the pruned checkpoint in the run folder")
+    p.add_argument("--json", default=None, help="write the result object to this file")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    _task_args(p, "--task-limit", "zero-shot tasks scored on the dense (cached) and the pruned model")
+    p.add_argument("--generate", action="store_true",
+                   help="greedy continuations of the fixed prompts from the dense and the pruned model")
+    p.add_argument("--devices", default="auto",
+                   help="prune layers concurrently on these devices, e.g. cuda:0,cuda:1 (needs --propagate dense; "
+                        "auto: every GPU when there are several and the inputs are dense)")
+    _add_scale_options(p)
+    _add_other_commands(sub)
+    return parser
+
+
+def _add_other_commands(sub: Any) -> None:
+    """The eval, generate, methods and runs sub-commands."""
+    e = sub.add_parser("eval", help="perplexity of a model")
+    e.add_argument("--model", default="smollm2-135m")
+    e.add_argument("--data", default="wiki")
+    e.add_argument("--seqlen", type=int, default=512)
+    e.add_argument("--windows", default=None)
+    e.add_argument("--encoding", default="utf-8", help="encoding of a --data text file (e.g. latin-1)")
+    e.add_argument("--device", default="auto")
+    _task_args(e, "--limit", "zero-shot tasks")
+    e.add_argument("--json", default=None, help="write perplexity, protocol and zero_shot to this file")
+    # greedy generation (toolkit/evaluation/generate.py)
+    g = sub.add_parser("generate", help="greedy (deterministic) text from a model, with tokens/s")
+    g.add_argument("--model", default="smollm2-135m")
+    g.add_argument("--prompt", action="append", default=None, help="repeatable; default: the fixed comparison prompts")
+    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--device", default="auto")
+    g.add_argument("--json", default=None, help="write the texts and the protocol to this file")
+    m = sub.add_parser("methods", help="methods, their options and the sparsity patterns they support")
+    m.add_argument("--json", action="store_true")
+    r = sub.add_parser("runs", help="list the run store")
+    r.add_argument("--out", default="runs")
+
+
+def _add_scale_options(p: argparse.ArgumentParser) -> None:
+    """The prune options for speed and scale: forward precision, torch.distributed."""
+    p.add_argument("--forward-dtype", default="fp32", choices=FORWARD_DTYPES,
+                   help="bf16: the layers' forward passes in bfloat16 (statistics and solves stay float32); "
+                        "falls back to fp32 with a warning where the device has no bf16")
+    p.add_argument("--distributed", action="store_true",
+                   help="solve the layers on the ranks of `torchrun --nproc-per-node N -m toolkit prune …` "
+                        "(needs --propagate dense)")
+    p.add_argument("--dist-timeout", type=float, default=1800.0,
+                   help="seconds a rank waits for another before the distributed run fails")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    args = build_parser().parse_args(argv)
+    # `kill` (SIGTERM) cancels like Ctrl-C, so the run record is marked cancelled, not left "running"
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    debug = args.debug or os.environ.get("PRUNELAB_DEBUG", "") not in ("", "0")
+    try:
+        if args.command == "prune":
+            return _prune(args)
+        if args.command == "eval":
+            return _eval(args)
+        if args.command == "methods":
+            return _methods(args)
+        if args.command == "generate":
+            return _generate(args)
+        return _runs(args)
+    except ToolkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (RunCancelled, KeyboardInterrupt) as exc:
+        print(f"cancelled: {cancel_message(exc)}", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the edge: whatever the machine or a library raised becomes one line
+        if debug:
+            raise
+        print(f"error: {environment_message(exc)}", file=sys.stderr)
+        return 1
+
+
+def cancel_message(exc: BaseException) -> str:
+    """What a cancel left: the step after a finished compression and where it is saved, or nothing done."""
+    detail = str(exc) if isinstance(exc, RunCancelled) and str(exc) != "cancelled" else ""
+    return f"{detail}; the run is marked cancelled" if detail else \
+        "the run is marked cancelled and the model was not changed"
+
+
+def environment_message(exc: BaseException) -> str:
+    """One line saying what failed and what to do, for an exception that is not the user's input."""
+    import errno
+
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return "out of memory: lower --nsamples, --seqlen, --eval-seqlen or --batch-size, or use a smaller model"
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        if exc.errno == errno.ENOSPC:
+            return f"the disk is full{where}: free space or give another --out; the run is marked failed"
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return f"permission denied{where}: give a writable --out or fix the file's permissions"
+        return f"{exc.strerror or exc}{where}: check the path and the disk"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {first[:300]} (an unexpected failure; rerun with --debug for the traceback)"
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from toolkit.api import RunConfig
+    from toolkit.evaluation.tasks import parse_task_names
+    from toolkit.methods import get_method
+    from toolkit.run.preflight import check_writable_file
+    from toolkit.runtime.threads import pick_threads
+    from toolkit.spec.compression import parse_compression
+
+    if args.json:
+        check_writable_file(args.json)  # now, not after the run
+    eval_data = None if args.eval.lower() == "none" else args.eval
+    sparsity = args.sparsity if args.sparsity is not None or args.quant is not None else "50%"
+    compression = parse_compression(sparsity, args.quant, args.unit)  # parsed once, here at the edge
+    # --out saves the model too, except a quantization whose states no checkpoint format holds (AWQ)
+    unsavable = compression.quant is not None and not get_method(args.method).saves_quant
+    save_model = args.save_model or (args.out is not None and not unsavable)
+    config = RunConfig(
+        model=args.model, method=args.method, sparsity=compression.sparsity, quant=compression.quant,
+        unit=compression.unit, options=_parse_set(args.set),
+        calib=args.calib, nsamples=args.nsamples, seqlen=args.seqlen, seed=args.seed, eval_data=eval_data,
+        eval_seqlen=args.eval_seqlen, eval_windows=_windows(args.eval_windows), eval_dense=args.eval_dense,
+        device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
+        fused=args.fused, error_windows=args.error_windows, devices=args.devices, forward_dtype=args.forward_dtype,
+        distributed=args.distributed, dist_timeout=args.dist_timeout,
+        out_dir=args.out or "runs", save_model=save_model, encoding=args.encoding, threads=pick_threads(args.threads),
+        tasks=tuple(parse_task_names(args.tasks)) if args.tasks is not None else (), task_limit=args.task_limit,
+        task_data=args.task_data, generate=args.generate,
+    )
+    note = "" if args.out is None or save_model else (
+        f"note: no checkpoint saved: {args.method} states need their input scale folded into the "
+        "preceding op, which pack-quantized cannot hold (the run record has the codes and scales)")
+    if config.distributed:
+        from toolkit.cli.distributed import prune_distributed
+
+        return prune_distributed(config, lambda: _prune_here(config, args.json, note))
+    return _prune_here(config, args.json, note)
+
+
+def _prune_here(config: Any, json_path: str | None, note: str = "") -> int:
+    from toolkit.api import prune_model
+    from toolkit.cli.view import ProgressView, layer_table, summary
+
+    view = ProgressView()
+    try:
+        result = prune_model(config, on_event=view.on_event)
+    finally:
+        view.close()
+    print(layer_table(result))
+    summary(result)
+    if note:
+        print(note)
+    if json_path:
+        _write_json(json_path, result)
+    return _report_extras(result)
+
+
+def _report_extras(result: dict[str, Any]) -> int:
+    """Print the dense-vs-pruned accuracy table and the texts; 1 when their pruned evaluation failed."""
+    from toolkit.cli.zeroshot import run_generations_report, run_zero_shot_table
+
+    errors = []
+    for key, render in (("zero_shot", run_zero_shot_table), ("generations", run_generations_report)):
+        entry = result.get(key)
+        if entry:
+            print(render(entry))
+            if entry.get("error"):
+                errors.append(f"{key.replace('_', '-')} of the pruned model failed: {entry['error']}")
+    for error in errors:
+        print(f"error: {error} (the pruning finished; run record: {result['run_dir']})", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from toolkit.api import evaluate_model
+    from toolkit.cli.zeroshot import check_zero_shot_args
+    from toolkit.data.text import check_text_source
+    from toolkit.models.load import load_model
+    from toolkit.models.sources import check_model_source
+    from toolkit.run.preflight import check_window, check_writable_file
+    from toolkit.runtime.devices import resolve_device
+
+    specs = check_zero_shot_args(args.tasks, args.limit, args.task_data)  # before any model loads
+    if args.json:
+        check_writable_file(args.json)
+    check_window(args.seqlen, _windows(args.windows))
+    check_model_source(args.model)
+    check_text_source(args.data, args.encoding)
+    resolve_device(args.device)  # an unusable device fails before the model loads
+    loaded = load_model(args.model)  # once, for the perplexity and the tasks
+    value, protocol = evaluate_model(loaded, data=args.data, seq_len=args.seqlen,
+                                     max_windows=_windows(args.windows), device=args.device, encoding=args.encoding)
+    print(f"ppl ({args.data}, seqlen {args.seqlen}, {protocol['windows']} windows, {protocol['tokens']} tokens): "
+          f"{value:.3f}" if math.isfinite(value) else "ppl: not finite")
+    zero_shot = _zero_shot(args, specs, loaded) if specs else None
+    if args.json:
+        _write_json(args.json, {"model": protocol["model"], "ppl": {args.data: value if math.isfinite(value) else None},
+                                "protocol": protocol, **({"zero_shot": zero_shot} if zero_shot else {})})
+    return 0
+
+
+def _zero_shot(args: argparse.Namespace, specs: tuple, loaded: Any) -> dict[str, Any]:
+    from toolkit.cli.zeroshot import TaskProgress, zero_shot_table
+    from toolkit.evaluation.zeroshot import evaluate_tasks
+    from toolkit.runtime.devices import resolve_device
+
+    progress = TaskProgress()
+    try:
+        result = evaluate_tasks(loaded.model, loaded.codec, specs, args.limit, resolve_device(args.device), progress)
+    finally:
+        progress.close()
+    print(zero_shot_table(result, loaded.name))
+    return result.to_dict()
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from toolkit.cli.zeroshot import generation_json, generation_report
+    from toolkit.evaluation.generate import DEFAULT_PROMPTS, generate, protocol
+    from toolkit.models.load import load_model
+    from toolkit.runtime.devices import resolve_device
+
+    if args.max_new_tokens < 1:
+        raise ToolkitError(f"--max-new-tokens must be ≥ 1, got {args.max_new_tokens}")
+    prompts = args.prompt or list(DEFAULT_PROMPTS)
+    if not all(p.strip() for p in prompts):
+        raise ToolkitError("a --prompt is empty: give some text")
+    device = resolve_device(args.device)
+    loaded = load_model(args.model)
+    generations = generate(loaded.model, loaded.codec, prompts, args.max_new_tokens, device)
+    print(generation_report(generations))
+    if args.json:
+        _write_json(args.json, generation_json(generations, protocol(loaded.codec, args.max_new_tokens, device,
+                                                                     loaded.model), loaded))
+    return 0
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2)
+    print(f"result written to {path}")
+
+
+def _methods(args: argparse.Namespace) -> int:
+    from toolkit.api import list_methods
+
+    methods = list_methods()
+    if args.json:
+        print(json.dumps(methods, indent=2, default=str))
+        return 0
+    for method in methods:
+        print(f"{method['name']:<10} {method['summary']}")
+        units = f"; units: {', '.join(method['units'])}" if method["units"] else ""
+        print(f"{'':<10} scope {method['scope']}; produces {', '.join(method['produces'])}; "
+              f"patterns: {', '.join(method['patterns']) or 'none'}{units}; engine defaults: "
+              f"sequential={method['defaults']['sequential']}, propagate={method['defaults']['propagate']}")
+        for opt in method["options"]:
+            choices = f" (one of {opt['choices']})" if opt["choices"] else ""
+            print(f"{'':<10} --set {opt['name']}=<{opt['type']}> default {opt['default']!r}{choices}: {opt['help']}")
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from toolkit.api import list_runs
+
+    root = Path(args.out)
+    if not root.is_dir():
+        raise ToolkitError(f"run store {args.out!r} does not exist or is not a folder; pass --out with the folder "
+                           "given to `prune --out` (default: runs)")
+    records = list_runs(root)
+    if not records:
+        print(f"no runs in {args.out}")
+    for record in records:
+        cfg, res = record.config, record.result or {}
+        ppl = ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} –" for k, v in res.get("ppl", {}).items())
+        status = f"damaged: {record.error}" if record.status == "damaged" else record.status
+        print(f"{record.run_id:<48} {status:<11} {cfg.get('model', '?'):<14} {cfg.get('method', '?'):<10} "
+              f"{record.label:<8} {ppl}")
+    return 0

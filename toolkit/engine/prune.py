@@ -1,0 +1,171 @@
+"""The sequential layer-by-layer compression driver: check the targets, then dispatch on the method's scope.
+
+A linear-scope method: layer 0's inputs are captured once, then every decoder layer is pruned by
+:func:`toolkit.engine.linear.prune_layer` in order, on several devices in a pipeline
+(:mod:`toolkit.engine.parallel`) or on several processes (:mod:`toolkit.engine.ranks`). A
+block-scope method (:attr:`Scope.BLOCK`: whole heads or channels of a decoder layer, shapes change)
+is driven by :func:`toolkit.engine.block.driver.prune_blocks` through the same journal. On any
+failure the journal is undone (``restore_on_failure``), shapes included, so a failed run never
+leaves a half-pruned model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from toolkit.engine.block.driver import prune_blocks
+from toolkit.engine.capture import LayerInputs, capture_layer_inputs
+from toolkit.engine.linear import dense_next, prune_layer, use_fused
+from toolkit.engine.parallel import Lane, LayerSteps, prune_in_parallel, resolve_devices
+from toolkit.engine.ranks import prune_on_ranks
+from toolkit.engine.state import (
+    EngineConfig,
+    EngineResult,
+    MaskSink,
+    QuantSink,
+    RunState,
+    StructureSink,
+    ignore,
+)
+from toolkit.engine.writeback import WriteBack
+from toolkit.errors import ToolkitError
+from toolkit.events import Event
+from toolkit.methods.base import MethodSpec, Scope, Stat
+from toolkit.models.layers import decoder_layers, get_weight, layer_linears
+from toolkit.runtime.devices import forward_dtype, resolve_device
+from toolkit.runtime.memory import keep_freed_memory
+from toolkit.spec.compression import Compression, as_compression
+from toolkit.spec.targets import Target, validate_for_shape
+
+
+def check_targets(model: nn.Module, spec: MethodSpec, compression: Compression | Target) -> list[str]:
+    """Check that ``spec`` can meet ``compression`` on every decoder-layer linear before anything changes.
+
+    Raises a one-line :class:`ToolkitError` naming what the method supports, or which linear's
+    shape does not fit the pattern. Returns the qualified names of the linears of layer 0 (for
+    RunStarted).
+    """
+    compression = as_compression(compression)
+    spec.check(compression)
+    layers = decoder_layers(model)
+    if compression.sparsity is not None:
+        for index, layer in enumerate(layers):
+            for name, module in layer_linears(layer).items():
+                rows, cols = get_weight(module).shape  # (out, in)
+                try:
+                    validate_for_shape(compression.sparsity, (rows, cols))
+                except ToolkitError as exc:
+                    raise ToolkitError(f"layer {index} {name}: {exc}") from None
+    return list(layer_linears(layers[0]))
+
+
+def prune_layers(  # noqa: PLR0913 - keyword-only sinks, each named for what it receives
+    model: nn.Module,
+    windows: Tensor,
+    spec: MethodSpec,
+    compression: Compression | Target,
+    method_cfg: object,
+    *,
+    cfg: EngineConfig,
+    emit: Callable[[Event], None],
+    cancelled: Callable[[], bool] = lambda: False,
+    on_mask: MaskSink = ignore,
+    on_quant: QuantSink = ignore,
+    on_structure: StructureSink = ignore,
+    writeback: WriteBack | None = None,
+) -> EngineResult:
+    """Compress every decoder layer of ``model`` in place on calibration ``windows`` (num, seq).
+
+    ``compression`` is the run's spec (a bare sparsity target means prune only): each linear gets
+    ``compression.sparsity`` as its target and ``SolveContext.quant = compression.quant``.
+    ``on_mask(layer, name, keep_mask)`` and ``on_quant(layer, name, state)`` receive what each
+    linear's solve produced (on the CPU); ``on_structure(change)`` each structure change of a
+    block-scope method. Every change goes through ``writeback`` (a fresh journal when None).
+
+    Raises :class:`RunCancelled` when ``cancelled()`` turns true, :class:`ToolkitError` /
+    :class:`NumericalError` on bad input; on any exception the journal is undone when
+    ``cfg.restore_on_failure`` (shapes included).
+    """
+    keep_freed_memory()
+    compression = as_compression(compression)
+    journal = writeback if writeback is not None else WriteBack(enabled=cfg.restore_on_failure)
+    start = time.perf_counter()
+    try:
+        if spec.scope is Scope.BLOCK:
+            result = _prune_blocks(model, windows, spec, compression, method_cfg, cfg=cfg, emit=emit,
+                                   cancelled=cancelled, writeback=journal, on_structure=on_structure)
+        else:
+            run = RunState(spec, compression, method_cfg, cfg, resolve_device(cfg.device), emit, cancelled, journal,
+                           on_mask, on_quant)
+            run.forward_dtype = forward_dtype(cfg.forward_dtype, run.device, emit)
+            _prune_linears(run, model, windows)
+            result = run.result
+    except BaseException:
+        if cfg.restore_on_failure:
+            journal.restore()
+        raise
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _prune_blocks(model: nn.Module, windows: Tensor, spec: MethodSpec, compression: Compression,
+                  method_cfg: object, **engine: Any) -> EngineResult:
+    """Dispatch a block-scope method to :func:`toolkit.engine.block.driver.prune_blocks`."""
+    result = prune_blocks(model, windows, spec, compression, method_cfg, **engine)
+    return result if isinstance(result, EngineResult) else EngineResult()
+
+
+def _prune_linears(run: RunState, model: nn.Module, windows: Tensor) -> None:
+    """The linear-scope path: layer 0's inputs captured, then every layer in order or in parallel."""
+    layers = decoder_layers(model)
+    run.fused = use_fused(run, model, layers[0], windows)
+    if not ({Stat.GRAM, Stat.CROSS, Stat.DENSE_GRAM} & run.spec.needs):
+        run.gram_limit = min(run.cfg.error_windows, windows.shape[0]) * windows.shape[1]
+    devices = resolve_devices(run.cfg.devices, run.device, run.propagate, resolve_device)
+    with torch.no_grad():
+        batch = windows.shape[0] if run.fused else run.cfg.batch_size
+        inputs = capture_layer_inputs(model, layers, windows, run.device, batch)
+        if run.cfg.distributed:
+            prune_on_ranks(run, layers, inputs)
+        elif len(devices) > 1:
+            _prune_in_parallel(run, layers, inputs, devices)
+        else:
+            _prune_in_order(run, layers, inputs)
+
+
+def _prune_in_order(run: RunState, layers: nn.ModuleList, inputs: LayerInputs) -> None:
+    """Layer after layer on one device, each seeing the previous one's pruned or dense outputs."""
+    groups: list[list[str]] | None = None
+    for index, layer in enumerate(layers):
+        home = next(layer.parameters()).device
+        layer.to(run.device)
+        try:
+            groups, inputs = prune_layer(run, index, len(layers), layer, inputs, groups)
+        finally:
+            layer.to(home)
+
+
+def _prune_in_parallel(run: RunState, layers: nn.ModuleList, inputs: LayerInputs, devices: list[torch.device]) -> None:
+    """Layers spread over ``devices`` (propagate=dense); each lane keeps its own state and records."""
+    lanes: dict[int, RunState] = {}
+
+    def prune_one(lane: Lane, index: int, layer: nn.Module, layer_inputs: LayerInputs) -> None:
+        if id(lane) not in lanes:  # a lane's layers run one after another on its own thread
+            lanes[id(lane)] = dataclasses.replace(
+                run, device=lane.device, writeback=lane.writeback, cancelled=lane.cancelled,
+                emit=lane.serial(run.emit), on_mask=lane.serial(run.on_mask), on_quant=lane.serial(run.on_quant),
+                result=EngineResult())
+        prune_layer(lanes[id(lane)], index, len(layers), layer, layer_inputs, None)
+
+    try:
+        steps = LayerSteps(prune_one=prune_one, dense_next=lambda layer, x: dense_next(run, layer, x))
+        prune_in_parallel(layers, inputs, devices, steps, cancelled=run.cancelled, writeback=run.writeback)
+    finally:
+        for worker in lanes.values():
+            run.result.merge(worker.result)

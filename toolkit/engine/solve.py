@@ -1,0 +1,128 @@
+"""Solve one group of linears with a linear-scope method, write the results back, measure them.
+
+For every linear of the group: the method gets W (out, in) float32, the group's statistics, the
+run's sparsity target and a :class:`SolveContext` carrying the run's quantization grid, and
+returns a :class:`PruneResult`. The engine then
+
+1. derives the weight to write: the method's weight, or, when it returned a quantization state,
+   ``state.effective_weight()`` (``dequantize(state)``) with the pruned entries zeroed (the state is the truth,
+   CONTRIBUTING.md R3);
+2. writes it through the run's :class:`~toolkit.engine.writeback.WriteBack` journal (undone on failure);
+3. measures rel_error = ‖(W* − W)X*‖/‖WX*‖ = sqrt(tr(ΔW G* ΔWᵀ)/tr(W G* Wᵀ)) and, with the cross
+   statistics, rel_error_dense = ‖W*X* − WX‖/‖WX‖ from tr(W*G*W*ᵀ) − 2tr(W*CWᵀ) + tr(WGWᵀ);
+4. counts the sparsity from the keep-mask (never from exact zeros), hands the mask and the state
+   to the run's sinks and emits :class:`SublayerPruned`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from toolkit.engine.state import RunState
+from toolkit.errors import NumericalError, ToolkitError
+from toolkit.events import SublayerPruned
+from toolkit.methods.base import SOLVER_DTYPE, LinearStats, PruneResult, SolveContext
+from toolkit.methods.quant_grid import bits_per_weight
+from toolkit.models.layers import get_weight
+from toolkit.runtime.precision import full_precision
+
+
+def prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str], stats: LinearStats) -> None:
+    """Solve, write back and report every linear of ``group`` (names into ``linears``) of layer ``run.layer``.
+
+    The solves run in float32 with autocast off, also when the layer's forward runs in bf16.
+    """
+    with full_precision(run.device):
+        _prune_group(run, linears, group, stats)
+
+
+def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str], stats: LinearStats) -> None:
+    index = run.layer
+    for name in group:
+        run.check_cancel()
+        module = linears[name]
+        W = get_weight(module).to(SOLVER_DTYPE).clone()  # (out, in)
+        if not torch.isfinite(W).all():
+            raise NumericalError(f"layer {index} {name}: the weight has NaN/Inf entries; the checkpoint is broken")
+        ctx = SolveContext(layer=index, name=name, quant=run.quant, emit=run.emit, cancelled=run.cancelled)
+        t0 = time.perf_counter()
+        result = run.spec.fn(W.clone(), stats, run.target, run.method_cfg, ctx)
+        seconds = time.perf_counter() - t0
+        keep = result.keep_mask.to(W.device, torch.bool)
+        new = _written_weight(run, index, name, W, keep, result)
+        run.writeback.weight(module, new)
+        _report(run, _Solved(name, W, new, keep, result, seconds), stats)
+
+
+def _written_weight(run: RunState, index: int, name: str, W: Tensor, keep: Tensor, result: PruneResult) -> Tensor:
+    """The (out, in) float32 weight to write: the method's, or derived from its quantization state."""
+    if run.quant is not None and result.quant is None:
+        raise ToolkitError(f"{run.spec.name} returned no quantization state for layer {index} {name} "
+                           f"although {run.quant} was asked for")
+    if result.quant is not None:
+        new = result.quant.to(W.device).effective_weight().masked_fill(~keep, 0.0)
+    else:
+        new = result.weight.to(SOLVER_DTYPE)
+    assert new.shape == W.shape, f"{run.spec.name} returned shape {tuple(new.shape)} for {tuple(W.shape)}"
+    assert keep.shape == W.shape, f"{run.spec.name} returned a keep-mask of shape {tuple(keep.shape)}"
+    if not torch.isfinite(new).all():
+        raise NumericalError(f"layer {index} {name}: {run.spec.name} produced NaN/Inf weights")
+    return new
+
+
+@dataclass(frozen=True)
+class _Solved:
+    """What solving one linear gave: the weight before and the one written, the keep-mask, the result."""
+
+    name: str
+    weight: Tensor  # (out, in) float32, before
+    new: Tensor  # (out, in) float32, written
+    keep: Tensor  # (out, in) bool
+    result: PruneResult
+    seconds: float
+
+
+def _report(run: RunState, solved: _Solved, stats: LinearStats) -> None:
+    """Record the linear in the run's result, hand its mask and state to the sinks, emit SublayerPruned."""
+    name, W, new, keep, result, seconds = (solved.name, solved.weight, solved.new, solved.keep, solved.result,
+                                           solved.seconds)
+    index, numel = run.layer, W.numel()
+    kept = int(keep.sum())
+    bits, quant_error = math.nan, math.nan
+    if result.quant is not None:
+        bits = bits_per_weight(result.quant.spec, W.shape[1])
+        base = float(torch.linalg.vector_norm(W * keep))
+        quant_error = float(torch.linalg.vector_norm((new - W) * keep)) / base if base > 0 else 0.0
+        run.result.quant[(index, name)] = result.quant.spec
+    rel, rel_dense = reconstruction_errors(W, new, stats)
+    event = SublayerPruned(
+        layer=index, name=name, shape=list(W.shape), sparsity=1.0 - kept / numel,
+        rel_error=rel, rel_error_dense=rel_dense, damping=result.damping, seconds=seconds,
+        info=dict(result.info), bits=bits, quant_rel_error=quant_error, params_before=numel, params_after=numel,
+    )
+    run.result.layers.append(event.to_dict())
+    run.result.kept[(index, name)] = kept
+    run.result.sizes[(index, name)] = numel
+    run.on_mask(index, name, keep.to("cpu"))
+    if result.quant is not None:
+        run.on_quant(index, name, result.quant.to("cpu"))
+    run.emit(event)
+
+
+def reconstruction_errors(W: Tensor, W_new: Tensor, stats: LinearStats) -> tuple[float, float]:
+    """(‖ΔW X*‖/‖W X*‖, ‖W*X* − WX‖/‖WX‖) from the Gram matrices (nan without cross stats)."""
+    G = stats.gram
+    dW = W_new - W
+    base = float(((W @ G) * W).sum())
+    rel = math.sqrt(max(float(((dW @ G) * dW).sum()), 0.0) / base) if base > 0 else 0.0
+    if stats.cross is None or stats.dense_gram is None:
+        return rel, math.nan
+    dense = float(((W @ stats.dense_gram) * W).sum())
+    sq = float(((W_new @ G) * W_new).sum()) - 2 * float(((W_new @ stats.cross) * W).sum()) + dense
+    rel_dense = math.sqrt(max(sq, 0.0) / dense) if dense > 0 else 0.0
+    return rel, rel_dense

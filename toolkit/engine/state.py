@@ -1,0 +1,148 @@
+"""What the steps of one engine run share: its options, its sinks, its journal and its records.
+
+:class:`EngineConfig` is how the engine drives a run; :class:`RunState` is the state passed from
+the driver (:mod:`toolkit.engine.linear`) to the statistics passes (:mod:`toolkit.engine.gather`) and the
+per-linear solve (:mod:`toolkit.engine.solve`); :class:`EngineResult` is what a run measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from toolkit.engine.options import DEVICES_AUTO, FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL
+from toolkit.engine.writeback import WriteBack
+from toolkit.errors import RunCancelled, ToolkitError
+from toolkit.events import Event
+from toolkit.methods.base import MethodSpec, Stat
+from toolkit.methods.quant_grid import QuantState
+from toolkit.spec.compression import Compression, QuantSpec
+from toolkit.spec.targets import Target
+
+LinearKey = tuple[int, str]  # (decoder layer, qualified linear name inside it)
+MaskSink = Callable[[int, str, Tensor], None]  # (layer, name, keep_mask (out, in) bool on the CPU)
+QuantSink = Callable[[int, str, QuantState], None]  # (layer, name, quantization state on the CPU)
+StructureSink = Callable[[dict[str, Any]], None]  # one structure change (block scope), plain data
+
+
+def ignore(*args: Any) -> None:
+    """A sink that drops what it gets."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine drives a run (the method's own options live in its config)."""
+
+    propagate: str | None = None  # "pruned" | "dense" (layer i+1's inputs); None = the method's default
+    sequential: str | None = None  # "group" | "layer"; None = the method's reference setting
+    batch_size: int = 8  # calibration windows per forward pass (the multi-pass path)
+    device: str = "auto"  # "auto" = cuda when available, else cpu
+    restore_on_failure: bool = True
+    fused: str = "auto"  # "auto" | "on" | "off": sequential=group in ONE pass per layer (see gather.fused_pass)
+    fused_budget_mb: int = 4096  # "auto" fuses when the layer's activations for all windows fit in this
+    error_windows: int = 4  # windows behind the layer output error (all when a dense pass runs anyway)
+    # and behind the Gram of methods that need only column norms (Wanda): their rel_error is a sample
+    devices: str = DEVICES_AUTO  # layers pruned concurrently on these (needs propagate=dense); see parallel.py
+    forward_dtype: str = "fp32"  # "fp32" | "bf16": the layers' forward passes (statistics stay float32)
+    distributed: bool = False  # layers solved on the ranks of torch.distributed (see dist_engine.py)
+
+    def __post_init__(self) -> None:
+        if self.propagate is not None and self.propagate not in PROPAGATE:
+            raise ToolkitError(f"propagate must be one of {PROPAGATE}, got {self.propagate!r}")
+        if self.sequential is not None and self.sequential not in SEQUENTIAL:
+            raise ToolkitError(f"sequential must be one of {SEQUENTIAL}, got {self.sequential!r}")
+        if self.batch_size < 1:
+            raise ToolkitError("batch_size must be ≥ 1")
+        if self.fused not in FUSED:
+            raise ToolkitError(f"fused must be one of {FUSED}, got {self.fused!r}")
+        if self.forward_dtype not in FORWARD_DTYPES:
+            raise ToolkitError(f"forward_dtype must be one of {FORWARD_DTYPES}, got {self.forward_dtype!r}")
+        if self.error_windows < 1 or self.fused_budget_mb < 0:
+            raise ToolkitError("error_windows must be ≥ 1 and fused_budget_mb ≥ 0")
+
+
+@dataclass
+class EngineResult:
+    """What the engine measured.
+
+    Per-linear records, weights kept per linear (from the keep-masks), the grids of the quantized linears,
+    pruning seconds.
+    """
+
+    layers: list[dict] = field(default_factory=list)
+    kept: dict[LinearKey, int] = field(default_factory=dict)
+    sizes: dict[LinearKey, int] = field(default_factory=dict)  # weights of each pruned linear
+    quant: dict[LinearKey, QuantSpec] = field(default_factory=dict)
+    seconds: float = 0.0
+    remote_gpu_peak_mb: float | None = None  # the highest GPU memory peak of the other ranks (distributed)
+
+    @property
+    def achieved_sparsity(self) -> float:
+        """Fraction of weights the keep-masks drop, over all pruned linears (never from exact zeros)."""
+        total = sum(self.sizes.values())
+        return 1.0 - sum(self.kept.values()) / total if total else 0.0
+
+    def merge(self, other: EngineResult) -> None:
+        """Add ``other``'s records (a parallel worker's); records are re-sorted by layer."""
+        self.layers.extend(other.layers)
+        self.layers.sort(key=lambda record: record["layer"])  # stable: linears keep their order
+        self.kept.update(other.kept)
+        self.sizes.update(other.sizes)
+        self.quant.update(other.quant)
+        peaks = [p for p in (self.remote_gpu_peak_mb, other.remote_gpu_peak_mb) if p is not None]
+        self.remote_gpu_peak_mb = max(peaks) if peaks else None
+
+
+@dataclass
+class RunState:
+    """The state shared by the steps of one engine run (a parallel worker gets its own copy)."""
+
+    spec: MethodSpec
+    compression: Compression
+    method_cfg: object
+    cfg: EngineConfig
+    device: torch.device
+    emit: Callable[[Event], None]
+    cancelled: Callable[[], bool]
+    writeback: WriteBack
+    on_mask: MaskSink = ignore
+    on_quant: QuantSink = ignore
+    result: EngineResult = field(default_factory=EngineResult)
+    layer: int = 0  # the decoder layer being pruned
+    fused: bool = False  # one pass per layer over all windows as a single batch
+    gram_limit: int | None = None  # tokens behind G* for methods that need only column norms
+    forward_dtype: torch.dtype | None = None  # autocast dtype of the layer passes (None: the model's dtype)
+
+    @property
+    def target(self) -> Target | None:
+        """The sparsity target every linear gets (None when only quantizing)."""
+        return self.compression.sparsity
+
+    @property
+    def quant(self) -> QuantSpec | None:
+        """The quantization grid every linear gets (None when only pruning)."""
+        return self.compression.quant
+
+    @property
+    def sequential(self) -> str:
+        """The statistics grouping (``group`` | ``layer``): the run's setting, else the method's default."""
+        return self.cfg.sequential or self.spec.sequential
+
+    @property
+    def propagate(self) -> str:
+        """Layer i+1's inputs (``pruned`` | ``dense``): the run's setting, else the method's default."""
+        return self.cfg.propagate or self.spec.propagate
+
+    @property
+    def needs_cross(self) -> bool:
+        """True when the method asks for :attr:`Stat.CROSS` or :attr:`Stat.DENSE_GRAM` (a dense copy's inputs)."""
+        return Stat.CROSS in self.spec.needs or Stat.DENSE_GRAM in self.spec.needs
+
+    def check_cancel(self) -> None:
+        """A cancellation point."""
+        if self.cancelled():
+            raise RunCancelled("cancelled")

@@ -1,0 +1,71 @@
+"""Sweep curves (CONTRIBUTING.md R8): sparsity vs perplexity (or mean zero-shot accuracy) per method, dense too."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from toolkit.figures.run import Spec, _finite, _float, base_layout, figure, method_color, note_figure
+
+
+def sweep_figure(points: Sequence[Mapping[str, Any]], *, dense_ppl: float | None = None,
+                 title: str = "perplexity vs sparsity", revision: Any = None, metric: str = "ppl") -> go.Figure:
+    """Sparsity (achieved) vs perplexity, one line per method; n:m points as separate diamonds.
+
+    ``points`` are dicts (:meth:`toolkit.sweep.SweepPoint.to_dict`) with ``method``, ``sparsity``
+    (the asked label, shown on hover), ``pattern`` (the target's kind: ``unstructured`` | ``nm`` |
+    ``structured`` | ``none``; points without one are drawn as unstructured), ``achieved_sparsity``
+    and ``ppl`` (nan / None when not measured). ``dense_ppl`` draws a dashed reference line. The
+    perplexity axis is logarithmic. With ``metric="accuracy"`` the y values are the points'
+    ``accuracy`` (mean zero-shot accuracy over tasks) on a linear axis, and ``dense_ppl`` is the
+    dense model's mean accuracy.
+    """
+    methods = list(dict.fromkeys(str(p["method"]) for p in points))
+    data = []
+    for method in methods:
+        mine = [p for p in points if p["method"] == method and math.isfinite(_float(p.get(metric)))]
+        for pattern in PATTERN_STYLES:
+            group = sorted((p for p in mine if _pattern(p) == pattern),
+                           key=lambda p: _float(p.get("achieved_sparsity")))
+            if group:
+                data.append(_sweep_trace(method, pattern, group, method_color(method, methods), metric))
+    if dense_ppl is not None and math.isfinite(dense_ppl):
+        xs = _finite([_float(p.get("achieved_sparsity")) for p in points])
+        data.append({"type": "scatter", "mode": "lines", "name": f"dense ({dense_ppl:.{2 if metric == 'ppl' else 3}f})",
+                     "x": [0.0, max([*xs, 0.7])], "y": [dense_ppl, dense_ppl],
+                     "line": {"dash": "dash", "color": "#444"}})
+    if not data:
+        return note_figure(title, "points appear as the runs finish", 420, revision)
+    yaxis = {"title": {"text": "perplexity (log)"}, "type": "log"} if metric == "ppl" else \
+        {"title": {"text": "mean zero-shot accuracy"}, "tickformat": ".0%"}
+    layout = base_layout(title, 420, revision, xaxis={"title": {"text": "sparsity (achieved)"}, "tickformat": ".0%"},
+                         yaxis=yaxis)
+    return figure(data, layout)
+
+
+PATTERN_STYLES = {  # pattern → (marker, line dash or None for markers only, legend suffix)
+    "unstructured": ("circle", "solid", ""), "structured": ("square", "dot", " (structured)"),
+    "nm": ("diamond", None, " (n:m)"), "none": ("star", None, " (no sparsity)"),
+}
+
+
+def _sweep_trace(method: str, pattern: str, group: list[Mapping[str, Any]], color: str, metric: str) -> Spec:
+    symbol, dash, suffix = PATTERN_STYLES[pattern]
+    labels = [str(p["sparsity"]) for p in group]
+    trace = {"type": "scatter", "name": method + suffix, "legendgroup": method,
+             "x": [_float(p.get("achieved_sparsity")) for p in group], "y": [_float(p[metric]) for p in group],
+             "marker": {"symbol": symbol, "size": 9 if dash else 12, "color": color}, "customdata": labels,
+             "hovertemplate": f"{method} %{{customdata}}<br>achieved %{{x:.1%}}<br>{metric} %{{y:.3f}}<extra></extra>"}
+    if dash:
+        trace.update(mode="lines+markers", line={"dash": dash, "color": color})
+    else:
+        trace.update(mode="markers+text", text=labels, textposition="top center")
+    return trace
+
+
+def _pattern(point: Mapping[str, Any]) -> str:
+    pattern = point.get("pattern")
+    return pattern if pattern in PATTERN_STYLES else "unstructured"

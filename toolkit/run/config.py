@@ -1,0 +1,177 @@
+"""What a run is asked to do: :class:`RunConfig`, validated once at the edge, and its :class:`CancelToken`.
+
+Every check here runs before any model loads or any file is written; none of them loads weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.data.text import check_text_source
+from toolkit.engine.options import DEVICES_AUTO, FORWARD_DTYPES, FUSED
+from toolkit.errors import ToolkitError
+from toolkit.evaluation.tasks import AUTO, SOURCES, check_limit, parse_task_names
+from toolkit.methods import get_method
+from toolkit.models.sources import check_model_source
+from toolkit.run.preflight import check_window
+from toolkit.spec.compression import Compression, QuantSpec, Unit, parse_compression
+from toolkit.spec.targets import Target, Unstructured
+from toolkit.store.runs import SCHEMA
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run: model, method, compression, calibration and evaluation protocol, engine options.
+
+    ``sparsity``, ``quant`` and ``unit`` hold parsed objects (:class:`~toolkit.spec.targets.Target`,
+    :class:`~toolkit.spec.compression.QuantSpec`, :class:`~toolkit.spec.compression.Unit`); the user's text (``"2:4"``,
+    ``"int4:g128"``, ``"heads"``) is accepted and parsed once here. ``sparsity=None`` with a
+    ``quant`` quantizes only. :attr:`compression` is the three as one spec. A spec the method cannot
+    meet is refused here, before any model loads.
+    """
+
+    model: str = "smollm2-135m"
+    method: str = "wanda"
+    sparsity: Target | None = Unstructured(0.5)
+    quant: QuantSpec | None = None  # e.g. "int4" or "int3:g64"; None = no quantization
+    unit: Unit | None = None  # structural unit of a block-scope method: heads | channels | heads+channels
+    options: dict[str, Any] = field(default_factory=dict)  # the method's --set key=value
+    calib: str = "wiki"
+    nsamples: int = 32
+    seqlen: int = 512
+    seed: int = 0
+    eval_data: str | None = "wiki"  # None: no evaluation
+    eval_seqlen: int = 512
+    eval_windows: int | None = None  # None: all windows
+    eval_dense: bool = False
+    device: str = "auto"
+    propagate: str | None = None  # None: the method's default (see `python -m toolkit methods`)
+    sequential: str | None = None  # None: the method's default
+    batch_size: int = 8
+    fused: str = "auto"  # sequential=group as one pass per layer: auto | on | off (same numbers, faster)
+    error_windows: int = 4  # calibration windows behind the layer output error (see EngineConfig)
+    devices: str = "auto"  # layers pruned concurrently on these devices, e.g. "cuda:0,cuda:1" (propagate=dense)
+    forward_dtype: str = "fp32"  # "bf16": layer forward passes under bf16 autocast, statistics in float32
+    distributed: bool = False  # layers solved on the ranks of a torchrun job (propagate=dense)
+    dist_timeout: float = 1800.0  # seconds a rank waits for another before the run fails (--distributed)
+    out_dir: str = "runs"
+    save_model: bool = False
+    tasks: tuple[str, ...] = ()  # zero-shot tasks (lm-eval, 0 shots) scored dense and pruned; () = none
+    task_limit: int | None = None  # the first N examples of each task; None = all
+    task_data: str = AUTO  # auto | local | hub (see toolkit.evaluation.tasks.resolve_tasks)
+    generate: bool = False  # greedy continuations of the fixed prompts, dense and pruned
+    encoding: str = "utf-8"  # of --calib / --eval text files
+    threads: int | None = None  # intra-op CPU threads (None: torch's default); see toolkit.runtime.threads
+
+    def __post_init__(self) -> None:
+        spec = get_method(self.method)
+        compression = parse_compression(self.sparsity, self.quant, self.unit)
+        for name in ("sparsity", "quant", "unit"):  # frozen: store the parsed objects
+            object.__setattr__(self, name, getattr(compression, name))
+        spec.check(compression)
+        if self.save_model and self.quant is not None and not spec.saves_quant:
+            raise ToolkitError(f"{spec.name} results cannot be saved as a quantized checkpoint: its weight "
+                               "Q(W·diag s)/s needs 1/s folded into the preceding op, which a per-linear solve "
+                               "cannot do; drop --save-model or quantize with rtn, gptq or awp")
+        spec.make_config(self.options)
+        if self.threads is not None and self.threads < 1:
+            raise ToolkitError(f"--threads must be ≥ 1, got {self.threads}")
+        if self.nsamples < 1:
+            raise ToolkitError(f"--nsamples must be ≥ 1, got {self.nsamples}")
+        check_window(self.seqlen, None, "--seqlen")
+        check_window(self.eval_seqlen, self.eval_windows, "--eval-seqlen", "--eval-windows")
+        check_model_source(self.model)
+        check_text_source(self.calib, self.encoding)
+        if self.eval_data:
+            check_text_source(self.eval_data, self.encoding)
+        if self.fused not in FUSED or self.error_windows < 1:
+            raise ToolkitError(f"fused must be one of {', '.join(FUSED)} and error-windows ≥ 1")
+        several = len([d for d in self.devices.split(",") if d.strip()]) > 1
+        if self.devices != DEVICES_AUTO and several and (self.propagate or spec.propagate) != "dense":
+            raise ToolkitError("parallel layer pruning (--devices with several devices) needs --propagate dense")
+        if self.forward_dtype not in FORWARD_DTYPES:
+            raise ToolkitError(f"forward-dtype must be one of {', '.join(FORWARD_DTYPES)}, got {self.forward_dtype!r}")
+        self._check_distributed(spec, several)
+        if self.eval_windows is not None and self.eval_windows < 1:
+            raise ToolkitError("eval-windows must be ≥ 1 (leave it out for all windows)")
+        self._check_tasks()
+
+    def _check_tasks(self) -> None:
+        """Task names known (a "boolq,rte" string is accepted), limit ≥ 1 and only with tasks, source known."""
+        if self.tasks:
+            object.__setattr__(self, "tasks", tuple(parse_task_names(self.tasks)))
+        elif self.task_limit is not None:
+            raise ToolkitError("--task-limit counts examples per zero-shot task: give --tasks too")
+        check_limit(self.task_limit, "--task-limit")
+        if self.task_data not in SOURCES:
+            raise ToolkitError(f"unknown task data source {self.task_data!r}: use one of {', '.join(SOURCES)}")
+
+    def _check_distributed(self, spec: Any, several_devices: bool) -> None:
+        if not self.distributed:
+            return
+        if (self.propagate or spec.propagate) != "dense":
+            raise ToolkitError("--distributed needs --propagate dense (with pruned inputs a layer waits for the last)")
+        if spec.scope.value != "linear":
+            raise ToolkitError(f"--distributed runs linear-scope methods; {spec.name} prunes whole blocks")
+        if several_devices:
+            raise ToolkitError("--distributed and --devices with several devices exclude each other: one device a rank")
+        if not self.dist_timeout > 0:
+            raise ToolkitError(f"--dist-timeout must be > 0 seconds, got {self.dist_timeout}")
+
+    @property
+    def compression(self) -> Compression:
+        """Sparsity, quantization and unit as one spec."""
+        return Compression(self.sparsity, self.quant, self.unit)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (config.json, schema 2).
+
+        The compression fields as their labels, plus ``compression`` as data (label, kind, sparsity, quant,
+        unit) and ``schema``.
+        """
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data.update(sparsity=None if self.sparsity is None else str(self.sparsity),
+                    quant=None if self.quant is None else self.quant.label,
+                    unit=None if self.unit is None else self.unit.value,
+                    options=dict(self.options), compression=self.compression.to_dict(), schema=SCHEMA,
+                    tasks=list(self.tasks))
+        return data
+
+    def reuse_key(self) -> dict[str, Any]:
+        """The fields that make two runs the same experiment (for sweep reuse).
+
+        A schema-1 run, which has no ``quant``/``unit``, matches when they are None; a run without
+        zero-shot tasks matches runs recorded before tasks existed.
+        """
+        data = self.to_dict()
+        for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
+                         "devices", "compression", "schema", "generate", "threads", "distributed",
+                         "dist_timeout"):
+            data.pop(volatile)
+        if not self.tasks:
+            for name in ("tasks", "task_limit", "task_data"):
+                data.pop(name)
+        if self.encoding == "utf-8":  # the default: runs from before the field existed match
+            data.pop("encoding")
+        if data["forward_dtype"] == "fp32":  # runs from before the option ran in float32
+            data.pop("forward_dtype")
+        return data
+
+
+class CancelToken:
+    """Set from any thread; the engine checks it at every linear, solver round and batch."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        """Ask the run to stop at its next cancellation point."""
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once :meth:`cancel` was called."""
+        return self._event.is_set()

@@ -1,0 +1,380 @@
+"""One run from config to result: load, calibrate, compress, evaluate, account, record (behind :mod:`toolkit.api`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from toolkit.data.text import CalibSpec, calibration_windows, eval_windows, load_tokens
+from toolkit.engine.block.driver import check_block_budget
+from toolkit.engine.device_report import devices_label, gpu_peak_mb, reset_gpu_peak, used_devices
+from toolkit.engine.prune import check_targets, prune_layers
+from toolkit.engine.state import EngineConfig, EngineResult
+from toolkit.errors import RunCancelled, ToolkitError
+from toolkit.evaluation.perplexity import perplexity
+from toolkit.evaluation.tasks import TaskSpec, resolve_tasks
+from toolkit.evaluation.zeroshot import check_task_tokens
+from toolkit.events import EvalPoint, Event, RunFailed, RunFinished, RunStarted, RunWarning
+from toolkit.methods import MethodSpec, get_method
+from toolkit.methods.base import Scope
+from toolkit.methods.quant_grid import QuantState
+from toolkit.models.layers import decoder_layers
+from toolkit.models.load import BOS_FAMILIES, LoadedModel, load_model
+from toolkit.models.quant_checkpoint import StateCollector, check_savable, save_run_checkpoint
+from toolkit.models.save import save_checkpoint
+from toolkit.models.shrunk import save_shrunk
+from toolkit.run.accounting import Accounting, account, folder_bytes, linear_shapes
+from toolkit.run.checks import check_context
+from toolkit.run.config import CancelToken, RunConfig
+from toolkit.run.evals import (
+    DenseEvals,
+    ProgressEvents,
+    generate_texts,
+    generations_entry,
+    score_tasks,
+    zero_shot_entry,
+)
+from toolkit.run.preflight import check_writable_dir
+from toolkit.run.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl, versions
+from toolkit.runtime.devices import resolve_device
+from toolkit.store.runs import SCHEMA, RunWriter, StoredQuant
+
+Progress = Callable[[str, int, int], None]
+
+
+def bos_id(loaded: LoadedModel) -> int | None:
+    """BOS id for models that need it at the start of every window (Gemma), else None."""
+    return loaded.codec.bos_id if getattr(loaded.model.config, "model_type", "") in BOS_FAMILIES else None
+
+
+@dataclass
+class Prepared:
+    """Everything a run needs once the input is checked, the model loaded and the windows cut."""
+
+    spec: MethodSpec
+    method_cfg: Any
+    engine_cfg: EngineConfig
+    device: torch.device
+    loaded: LoadedModel
+    linears: list[str]
+    calibration: torch.Tensor
+    test: torch.Tensor | None
+    protocol: dict[str, Any]
+    tasks: tuple[TaskSpec, ...] = ()
+
+
+def execute(config: RunConfig, emit: Callable[[Event], None], cancel: CancelToken,
+            on_progress: Progress | None) -> dict[str, Any]:
+    """Run ``config`` (a :class:`toolkit.api.RunConfig`) and return the result dict.
+
+    Bad input raises :class:`ToolkitError` before the run store is touched; once the run is
+    recorded, any failure is recorded too (RunFailed, status failed/cancelled) and re-raised.
+    """
+    check_writable_dir(config.out_dir)  # before the model loads: a read-only --out fails now, not after the run
+    run = prepare(config)
+    try:
+        writer = RunWriter(config.out_dir, config.to_dict())
+    except OSError as exc:
+        raise ToolkitError(f"cannot create the run record in {config.out_dir!r} ({exc.strerror or exc}); "
+                           "free disk space or give another --out") from None
+    stage = Stage()
+    ticks = ProgressEvents(emit, on_progress or (lambda stage, done, total: None), lambda: cancel.cancelled)
+
+    def record(event: Event) -> None:
+        writer.event(event)
+        emit(event)
+
+    try:
+        return _run(config, run, writer, record, ticks, stage)
+    except BaseException as exc:
+        cancelled = isinstance(exc, RunCancelled | KeyboardInterrupt)
+        message = _failure_message(exc, run.device)
+        if stage.compressed:  # never lose a finished compression to a later step
+            kept = " and the model" if config.save_model and stage.name == "evaluation" else ""
+            why = "" if cancelled else f" ({message})"
+            message = (f"{stage.name} {'cancelled' if cancelled else 'failed'} after the compression finished"
+                       f"{why}; the masks{kept} are saved in {writer.path}")
+        try:
+            record(RunFailed(error=message, cancelled=cancelled))
+        except OSError:
+            pass  # the disk that failed the run cannot take its last event; status.json still says why
+        finally:
+            writer.fail(message, cancelled, keep_result=stage.compressed)
+        if cancelled and stage.compressed:  # the message says what was kept (the CLI prints it)
+            raise RunCancelled(message) from None
+        if cancelled:
+            raise
+        if stage.compressed or isinstance(exc, torch.OutOfMemoryError):
+            raise ToolkitError(message) from None
+        raise
+
+
+@dataclass
+class Stage:
+    """Where a run is: the step under way, and whether the compression (masks, weights) is complete."""
+
+    name: str = "loading"
+    compressed: bool = False
+
+
+def prepare(config: RunConfig) -> Prepared:
+    """Check the input, load the model, cut the calibration and evaluation windows."""
+    spec = get_method(config.method)
+    method_cfg = spec.make_config(config.options)
+    engine_cfg = engine_config(config)
+    device = resolve_device(config.device)
+    tasks = resolve_tasks(config.tasks, config.task_data) if config.tasks else ()  # before the model loads
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    loaded = load_model(config.model)
+    check_context(loaded, config.seqlen, config.eval_seqlen if config.eval_data else None)
+    if tasks:
+        check_task_tokens(loaded.model, loaded.codec, tasks)
+    linears = check_targets(loaded.model, spec, config.compression)
+    if spec.scope is Scope.BLOCK:  # family, unit and budget, before the run folder and any scoring
+
+        check_block_budget(loaded.model, spec, config.compression, method_cfg)
+    if config.save_model and config.quant is not None:
+        check_savable(loaded.model, config.quant)
+    bos = bos_id(loaded)
+    calib = CalibSpec(config.calib, config.nsamples, config.seqlen, config.seed)
+    calibration = calibration_windows(load_tokens(config.calib, "train", loaded.codec, config.encoding), calib, bos)
+    test = None
+    if config.eval_data:
+        test = eval_windows(load_tokens(config.eval_data, "test", loaded.codec, config.encoding), config.eval_seqlen,
+                            config.eval_windows, bos)
+    protocol = {
+        "model_label": loaded.label,
+        "threads": torch.get_num_threads(),
+        "calibration": {"source": calib.source, "split": "train", "nsamples": calib.num_samples,
+                        "seqlen": calib.seq_len, "seed": calib.seed, "tokens": int(calibration.numel())},
+        "evaluation": None if test is None else {
+            "dataset": config.eval_data, "split": "test", "seqlen": config.eval_seqlen,
+            "windows": int(test.shape[0]), "tokens": int(test.numel()), "all_windows": config.eval_windows is None},
+    }
+    if tasks:
+        protocol["zero_shot"] = {"tasks": [t.name for t in tasks], "source": tasks[0].source, "shots": 0,
+                                 "limit": config.task_limit, "splits": {t.name: t.split for t in tasks}}
+    return Prepared(spec, method_cfg, engine_cfg, device, loaded, linears, calibration, test, protocol, tasks)
+
+
+def engine_config(config: RunConfig) -> EngineConfig:
+    """The engine options of a :class:`toolkit.api.RunConfig`."""
+    return EngineConfig(propagate=config.propagate, sequential=config.sequential, batch_size=config.batch_size,
+                        device=config.device, fused=config.fused, error_windows=config.error_windows,
+                        devices=config.devices, forward_dtype=config.forward_dtype, distributed=config.distributed)
+
+
+def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[Event], None],
+         ticks: ProgressEvents, stage: Stage) -> dict[str, Any]:
+    """RunStarted, dense evaluations, compression, checkpoint and result.json, pruned evaluations, RunFinished.
+
+    The checkpoint and a result.json without perplexity are written before the pruned perplexity, so
+    an evaluation that fails (or is cancelled) leaves the compression on disk (``stage.compressed``);
+    the pruned zero-shot and generations come last, and their failure becomes a warning and an
+    ``error`` in their result entries.
+    """
+    model = run.loaded.model
+    record(RunStarted(run_id=writer.run_id, model=run.loaded.name, method=run.spec.name,
+                      sparsity=config.compression.label, options=dataclasses.asdict(run.method_cfg),
+                      protocol=run.protocol, num_layers=len(decoder_layers(model)), linears=run.linears,
+                      device=str(run.device), compression=config.compression.to_dict()))
+    stage.name = "dense evaluation"
+    dense_ppl, dense_cached = _dense_eval(config, run, record, ticks)
+    dense = _dense_extras(config, run, record, ticks)
+    stage.name = "compression"
+    before = linear_shapes(model)
+    devices = used_devices(run.device, run.engine_cfg, config.propagate or run.spec.propagate)
+    reset_gpu_peak(devices)
+    collected = StateCollector() if config.save_model and config.quant is not None else None
+
+    def on_mask(layer: int, name: str, keep: torch.Tensor) -> None:
+        writer.mask(layer, name, keep.numpy())
+        if collected is not None:
+            collected.mask(layer, name, keep)
+
+    def on_quant(layer: int, name: str, state: QuantState) -> None:
+        writer.quant(layer, name, stored_quant(state))
+        if collected is not None:
+            collected.quant(layer, name, state)
+
+    result = prune_layers(model, run.calibration, run.spec, config.compression, run.method_cfg,
+                          cfg=run.engine_cfg, emit=record, cancelled=ticks.cancelled,
+                          on_mask=on_mask, on_quant=on_quant, on_structure=writer.structure)
+    stage.name, stage.compressed = "saving the checkpoint", True
+    peak = gpu_peak_mb(devices, result.remote_gpu_peak_mb)  # the compression's peak (evaluations not counted)
+    accounting = account(model, before, result.kept, result.quant)
+    checkpoint = _save(config, run, writer, collected)
+    if checkpoint is not None:
+        accounting = dataclasses.replace(accounting, checkpoint_bytes=int(checkpoint["bytes"]))
+    ppl: dict[str, float] = {}  # the summary holds this dict: filled below, after result.json was written
+    summary = _result(config, run, result, accounting, ppl, dense_ppl)
+    summary.update(dense_ppl_cached=dense_cached, run_id=writer.run_id, run_dir=str(writer.path), checkpoint=checkpoint,
+                   gpu_peak_mb=peak,
+                   devices=devices_label(run.device, run.engine_cfg, config.propagate or run.spec.propagate))
+    writer.write_result(summary)
+    stage.name = "evaluation"
+    if run.test is not None:
+        ppl[config.eval_data] = _eval(run.loaded, run.test, run.device, ticks.callback("pruned", "perplexity"),
+                                      ticks.cancelled)
+        record(EvalPoint(dataset=config.eval_data, which="pruned", ppl=ppl[config.eval_data],
+                         seq_len=config.eval_seqlen, windows=int(run.test.shape[0]), tokens=int(run.test.numel())))
+    extras, cancel = _pruned_extras(config, run, record, ticks, dense)
+    summary.update(extras)
+    if cancel is not None:  # the result keeps what was scored; the status says cancelled, never finished
+        writer.write_result(summary)
+        raise cancel
+    record(RunFinished(achieved_sparsity=accounting.sparsity, prune_seconds=result.seconds, ppl=ppl,
+                       dense_ppl=dense_ppl, params_before=accounting.params_before,
+                       params_after=accounting.params_after, nonzeros_kept=accounting.nonzeros_kept,
+                       bits_per_weight=accounting.bits_per_weight, estimated_bytes=accounting.estimated_bytes,
+                       checkpoint_bytes=accounting.checkpoint_bytes, devices=summary["devices"],
+                       gpu_peak_mb=math.nan if peak is None else peak))
+    summary["peak_rss_mb"] = peak_rss_mb()  # evaluation included
+    writer.finish(summary)
+    return summary
+
+
+def _save(config: RunConfig, run: Prepared, writer: RunWriter,
+          collected: StateCollector | None) -> dict[str, Any] | None:
+    """Save the model into the run's ``model/`` folder (with --save-model); returns the checkpoint report.
+
+    Quantized runs are written as compressed-tensors pack-quantized (:mod:`toolkit.models.quant_checkpoint`),
+    block-scope runs with their per-layer shapes, the others as a plain checkpoint.
+    """
+    if not config.save_model:
+        return None
+    model, codec, folder = run.loaded.model, run.loaded.codec, writer.path / "model"
+    if collected is not None:
+        return save_run_checkpoint(model, codec, folder, collected)
+    save = save_shrunk if run.spec.scope is Scope.BLOCK else save_checkpoint  # per-layer shapes need their file
+    saved = save(model, codec, folder)
+    return {"folder": str(saved), "format": "dense", "bytes": folder_bytes(saved)}
+
+
+def stored_quant(state: QuantState) -> StoredQuant:
+    """A quantization state as the run store keeps it (numpy, on the CPU)."""
+    return StoredQuant(codes=state.codes.cpu().numpy(), scales=state.scales.float().cpu().numpy(),
+                       zeros=state.zeros.float().cpu().numpy(), bits=state.spec.bits,
+                       group_size=state.spec.group_size, symmetric=state.spec.symmetric)
+
+
+def _failure_message(exc: BaseException, device: torch.device) -> str:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return (f"out of memory on {device}: lower --nsamples, --seqlen or --set batch size, "
+                "or use --device cpu")
+    if isinstance(exc, RunCancelled | KeyboardInterrupt):
+        return "cancelled"
+    if isinstance(exc, OSError):
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}: free disk space, fix the permissions or give another --out"
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text if isinstance(exc, ToolkitError) else f"{type(exc).__name__}: {text}"
+
+
+def _eval(loaded: LoadedModel, windows: torch.Tensor, device: torch.device, progress: Callable[[int, int], None],
+          cancelled: Callable[[], bool]) -> float:
+    return perplexity(loaded.model, windows, device, progress=progress, cancelled=cancelled)
+
+
+def _dense_extras(config: RunConfig, run: Prepared, record: Callable[[Event], None],
+                  ticks: ProgressEvents) -> DenseEvals:
+    """Zero-shot scores (cached per task) and greedy texts of the dense model, when the run asks for them."""
+    dense = DenseEvals()
+    if run.tasks:
+        scores, cached = score_tasks(run.loaded, run.tasks, config.task_limit, run.device, ticks, "dense")
+        for event in scores.scores("dense"):
+            record(event)
+        dense.zero_shot, dense.cached = scores, tuple(cached)
+    if config.generate:
+        dense.texts = tuple(generate_texts(run.loaded, run.device, ticks, "dense", record))
+    return dense
+
+
+def _pruned_extras(config: RunConfig, run: Prepared, record: Callable[[Event], None], ticks: ProgressEvents,
+                   dense: DenseEvals) -> tuple[dict[str, Any], BaseException | None]:
+    """``zero_shot`` and ``generations`` entries of the pruned model, and the cancel that stopped them (or None).
+
+    A failure is a warning and an ``error`` in the entries, never lost work; a cancel (the run's
+    token, Ctrl-C) marks the entries the same way and is handed back, so the run ends cancelled.
+    """
+    extras: dict[str, Any] = {}
+    scores, texts, error, cancel = None, [], "", None
+    try:
+        if dense.zero_shot is not None:
+            scores = score_tasks(run.loaded, run.tasks, config.task_limit, run.device, ticks, "pruned")[0]
+            for event in scores.scores("pruned"):
+                record(event)
+        if config.generate:
+            texts = generate_texts(run.loaded, run.device, ticks, "pruned", record)
+    except (Exception, KeyboardInterrupt) as exc:  # the pruning is finished and recorded: keep it, report this
+        if isinstance(exc, RunCancelled | KeyboardInterrupt):
+            cancel, error = exc, "cancelled before it completed"
+        else:
+            error = _failure_message(exc, run.device)
+            record(RunWarning(layer=-1, name="", message=f"evaluation of the pruned model failed: {error}"))
+    if dense.zero_shot is not None:
+        extras["zero_shot"] = zero_shot_entry(dense, scores, error if scores is None else "")
+    if config.generate:
+        extras["generations"] = generations_entry(dense.texts, texts, error if len(texts) < len(dense.texts) else "")
+    return extras, cancel
+
+
+def _dense_eval(config: RunConfig, run: Prepared, record: Callable[[Event], None],
+                ticks: ProgressEvents) -> tuple[dict[str, float], list[str]]:
+    """Dense perplexity (with --eval-dense), from the cache when this protocol was measured before.
+
+    Also returns the datasets whose value came from the cache (the result and the views say so).
+    """
+    test = run.test
+    if test is None or not config.eval_dense:
+        return {}, []
+    key = dense_ppl_key(run.loaded, test, run.protocol["evaluation"])
+    value = cached_dense_ppl(key)
+    cached = value is not None
+    if value is None:
+        value = _eval(run.loaded, test, run.device, ticks.callback("dense", "perplexity"), ticks.cancelled)
+        store_dense_ppl(key, value)
+    record(EvalPoint(dataset=config.eval_data, which="dense", ppl=value, seq_len=config.eval_seqlen,
+                     windows=int(test.shape[0]), tokens=int(test.numel()), cached=cached))
+    return {config.eval_data: value}, [config.eval_data] if cached else []
+
+
+LAYER_FIELDS = ("layer", "name", "shape", "sparsity", "rel_error", "rel_error_dense", "seconds", "bits",
+                "quant_rel_error", "params_before", "params_after")
+
+
+def _result(config: RunConfig, run: Prepared, result: EngineResult, accounting: Accounting, ppl: dict,
+            dense_ppl: dict) -> dict[str, Any]:
+    """The result dict (result.json, the CLI's --json): what was asked, what happened, provenance."""
+    engine = dataclasses.asdict(run.engine_cfg)
+    engine.update(propagate=config.propagate or run.spec.propagate,
+                  sequential=config.sequential or run.spec.sequential)
+    return {
+        "schema": SCHEMA,
+        "model": config.model,
+        "method": run.spec.name,
+        "options": dataclasses.asdict(run.method_cfg),
+        "sparsity": None if config.sparsity is None else str(config.sparsity),
+        "quant": None if config.quant is None else config.quant.label,
+        "unit": None if config.unit is None else config.unit.value,
+        "compression": config.compression.to_dict(),
+        "achieved_sparsity": accounting.sparsity,
+        "accounting": accounting.to_dict(),
+        "ppl": ppl,
+        "dense_ppl": dense_ppl,
+        "prune_seconds": result.seconds,
+        "peak_rss_mb": peak_rss_mb(),
+        "device": str(run.device),
+        "protocol": run.protocol,
+        "engine": engine,
+        "layers": [{key: record.get(key) for key in LAYER_FIELDS} for record in result.layers],
+        "versions": versions(),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }

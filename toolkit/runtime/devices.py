@@ -1,0 +1,40 @@
+"""The device a run computes on and the dtype of its forward passes, checked before any work."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from toolkit.errors import ToolkitError
+from toolkit.events import Event, RunWarning
+from toolkit.runtime.precision import AUTOCAST_DTYPES, bf16_supported
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → cuda when available, else cpu; otherwise the named device (checked)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ToolkitError("--device cuda was asked for but no CUDA device is available; use --device cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ToolkitError(f"unknown device {name!r}; use auto, cpu or cuda") from None
+    if device.type != "cpu":
+        try:  # torch.device("mps") parses on any build; only an allocation tells whether it is usable
+            torch.empty(1, device=device)
+        except (RuntimeError, AssertionError) as exc:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0].split(". ")[0][:160]
+            raise ToolkitError(f"device {name!r} is not usable here ({first}); use --device auto or cpu") from None
+    return device
+
+
+def forward_dtype(name: str, device: torch.device, emit: Callable[[Event], None]) -> torch.dtype | None:
+    """The autocast dtype of the layer passes; bf16 on a device without bf16 support runs in float32 with a warning."""
+    dtype = AUTOCAST_DTYPES[name]
+    if dtype is torch.bfloat16 and not bf16_supported(device):
+        emit(RunWarning(message=f"--forward-dtype bf16: {device.type} has no native bf16 (AVX512-BF16/AMX on CPUs, "
+                                "Ampere or later GPUs); the forward passes run in float32", layer=-1))
+        return None
+    return dtype
