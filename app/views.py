@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.figures import quant as viz_quant
-from toolkit.figures.run_view import FIGURES, SOLVER_PANELS, figure, solver_figures
+from toolkit.figures.registry import FIGURES, SOLVER_PANELS, figure, solver_figures
 from toolkit.live.phase import format_seconds, progress_line
 from toolkit.live.view import RunView
 

@@ -32,8 +32,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from app import forms, run_tab
 from tests.helpers.browser_app import (
     browser,
@@ -45,6 +43,8 @@ from tests.helpers.browser_app import (
     session_page,
 )
 from toolkit.store.runs import list_runs
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def browser_sessions(chromium: object, url: str, args: argparse.Namespace) -> Callable[[], list[str]]:

@@ -23,8 +23,6 @@ import statistics
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from benchmarks.dashboard_embedded import capture, cold_dense_cache, measured_run, plain_run, stored_results
 from tests.helpers.browser_app import (
     browser,
@@ -36,6 +34,8 @@ from tests.helpers.browser_app import (
     wait_for_text,
     watch_run,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def measure(chromium: object, url: str, method: str) -> dict[str, float | None]:

@@ -36,7 +36,7 @@ def test_split_spec_moves_quant_and_unit_into_the_spec(text: str, expected: dict
 
 
 def test_grid_puts_each_run_in_its_variant_row_and_sparsity_column() -> None:
-    from table import grid, variant
+    from benchmarks.table import grid, variant
 
     def record(method: str, sparsity: str, ppl: float, **options: str) -> dict:
         return {"method": method, "sparsity": sparsity, "options": options, "propagate": "pruned",
@@ -55,7 +55,7 @@ def test_grid_puts_each_run_in_its_variant_row_and_sparsity_column() -> None:
 def test_rows_keep_runs_that_differ_only_in_the_calibration_seed(tmp_path: Path) -> None:
     import json
 
-    from table import rows, variant
+    from benchmarks.table import rows, variant
 
     def record(seed: int | None, ppl: float) -> dict:
         protocol = {} if seed is None else {"calibration": {"seed": seed}}

@@ -154,8 +154,7 @@ def test_progress_events_are_one_per_percent_and_cancel() -> None:
 
 def test_a_bos_family_without_bos_is_refused_before_the_run_is_recorded(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from test_zeroshot import _NoSpecialTokens
-
+    from tests.evaluation.test_zeroshot import _NoSpecialTokens
     from toolkit.models.load import load_model
 
     gemma = load_model("tiny-gemma3")

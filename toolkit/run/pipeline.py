@@ -220,10 +220,11 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
                    devices=devices_label(run.device, run.engine_cfg, config.propagate or run.spec.propagate))
     writer.write_result(summary)
     stage.name = "evaluation"
-    if run.test is not None:
-        ppl[config.eval_data] = _eval(run.loaded, run.test, run.device, ticks.callback("pruned", "perplexity"),
-                                      ticks.cancelled)
-        record(EvalPoint(dataset=config.eval_data, which="pruned", ppl=ppl[config.eval_data],
+    dataset = config.eval_data  # run.test exists only when an evaluation dataset was asked for
+    if run.test is not None and dataset:
+        ppl[dataset] = _eval(run.loaded, run.test, run.device, ticks.callback("pruned", "perplexity"),
+                             ticks.cancelled)
+        record(EvalPoint(dataset=dataset, which="pruned", ppl=ppl[dataset],
                          seq_len=config.eval_seqlen, windows=int(run.test.shape[0]), tokens=int(run.test.numel())))
     extras, cancel = _pruned_extras(config, run, record, ticks, dense)
     summary.update(extras)
@@ -332,8 +333,8 @@ def _dense_eval(config: RunConfig, run: Prepared, record: Callable[[Event], None
 
     Also returns the datasets whose value came from the cache (the result and the views say so).
     """
-    test = run.test
-    if test is None or not config.eval_dense:
+    test, dataset = run.test, config.eval_data
+    if test is None or not dataset or not config.eval_dense:
         return {}, []
     key = dense_ppl_key(run.loaded, test, run.protocol["evaluation"])
     value = cached_dense_ppl(key)
@@ -341,9 +342,9 @@ def _dense_eval(config: RunConfig, run: Prepared, record: Callable[[Event], None
     if value is None:
         value = _eval(run.loaded, test, run.device, ticks.callback("dense", "perplexity"), ticks.cancelled)
         store_dense_ppl(key, value)
-    record(EvalPoint(dataset=config.eval_data, which="dense", ppl=value, seq_len=config.eval_seqlen,
+    record(EvalPoint(dataset=dataset, which="dense", ppl=value, seq_len=config.eval_seqlen,
                      windows=int(test.shape[0]), tokens=int(test.numel()), cached=cached))
-    return {config.eval_data: value}, [config.eval_data] if cached else []
+    return {dataset: value}, [dataset] if cached else []
 
 
 LAYER_FIELDS = ("layer", "name", "shape", "sparsity", "rel_error", "rel_error_dense", "seconds", "bits",
