@@ -449,7 +449,9 @@ DIGEST_PAIRS = [("digest_before_contract.jsonl", "digest_after_contract.jsonl"),
                 ("digest_tiny_73a8ec3.jsonl", "digest_tiny_head.jsonl"),
                 ("digest_tiny_head.jsonl", "digest_tiny_585e6f5.jsonl"),
                 ("digest_tiny_awp_before.jsonl", "digest_tiny_awp.jsonl"),
-                ("digest_tiny_gptq_before.jsonl", "digest_tiny_gptq.jsonl")]
+                ("digest_tiny_gptq_before.jsonl", "digest_tiny_gptq.jsonl"),
+                ("digest_tiny_house_before.jsonl", "digest_tiny_house_after.jsonl"),
+                ("digest_house_before.jsonl", "digest_house_after.jsonl")]
 
 
 def abs_sum_gap(before: Record, after: Record) -> float:
