@@ -22,6 +22,7 @@ from app.jobs import DONE, SESSIONS, Job, device_queue
 from toolkit.api import RunConfig, open_run, run
 from toolkit.errors import ToolkitError
 from toolkit.events import Event, RunStarted
+from toolkit.figures.registry import ROWS, RUN_FIGURES
 from toolkit.live.view import RunView
 
 log = logging.getLogger(__name__)
@@ -285,26 +286,22 @@ def _outputs(gr: Any) -> dict[str, Any]:
 
     idle = RunView()
     status = gr.Markdown(views.status_markdown(idle, 0.0), elem_id="run-status")
-    with gr.Row():
-        heatmap = gr.Plot(views.figure(idle, "heatmap"), show_label=False, elem_id="run-heatmap")
-        layers = gr.Plot(views.figure(idle, "layers"), show_label=False, elem_id="run-layers")
-    howto.accordions(gr, "run", Plot.HEATMAP, Plot.LAYERS)
-    export_button(gr, heatmap, "heatmap")
-    with gr.Row():
-        solver = gr.Plot(views.figure(idle, "solver"), show_label=False, elem_id="run-solver", visible=False)
-        lam = gr.Plot(views.figure(idle, "lambda"), show_label=False, elem_id="run-lambda", visible=False)
-    howto.accordions(gr, "run", Plot.CONVERGENCE, Plot.LAMBDA)
-    with gr.Row():  # structured runs: which heads and channels the global ranking removed
-        ranking = gr.Plot(views.figure(idle, "ranking"), show_label=False, elem_id="run-ranking")
-        kept = gr.Plot(views.figure(idle, "kept"), show_label=False, elem_id="run-kept")
-    howto.accordions(gr, "run", Plot.RANKING, Plot.KEPT)
+    plots: dict[str, Any] = {}
+    for names in ROWS.values():  # the registry's rows, in order: errors, solver panels, structure
+        with gr.Row():
+            for name in names:
+                plots[name] = gr.Plot(views.figure(idle, name), show_label=False, elem_id=f"run-{name}",
+                                      visible=not RUN_FIGURES[name].hidden_until_drawn)
+        howto.accordions(gr, "run", *(Plot(RUN_FIGURES[n].explained_by) for n in names if RUN_FIGURES[n].explained_by))
+        for name in names:
+            if RUN_FIGURES[name].export:
+                export_button(gr, plots[name], name)
     warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False, elem_id="run-warnings")
     result = gr.Markdown(elem_id="run-result")
     generations = gr.HTML(elem_id="run-generations")
     files = gr.File(label="Downloads: result JSON, masks, pruned checkpoint", file_count="multiple",
                     interactive=False, elem_id="run-files")
-    return {"status": status, "heatmap": heatmap, "layers": layers, "solver": solver, "lambda": lam,
-            "ranking": ranking, "kept": kept, "warnings": warnings, "result": result, "generations": generations,
+    return {"status": status, **plots, "warnings": warnings, "result": result, "generations": generations,
             "files": files}
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.figures import quant as viz_quant
-from toolkit.figures.registry import FIGURES, SOLVER_PANELS, figure, solver_figures
+from toolkit.figures.registry import FIGURES, SOLVER_PANELS, figure, revision, solver_figures
 from toolkit.live.phase import format_seconds, progress_line
 from toolkit.live.view import RunView
 
@@ -156,7 +156,7 @@ def warnings_text(view: RunView) -> str:
 
 def stale(view: RunView, sent: dict[str, int] | None) -> list[str]:
     """The figures whose data changed since revisions ``sent``."""
-    return [name for name in FIGURES if sent is None or sent.get(name, -1) != view.revision.get(name, 0)]
+    return [name for name in FIGURES if sent is None or sent.get(name, -1) != revision(view, name)]
 
 
 def render(view: RunView, now: float, sent: dict[str, int] | None = None,
@@ -168,7 +168,7 @@ def render(view: RunView, now: float, sent: dict[str, int] | None = None,
     from one snapshot (:func:`solver_figures`). Keys: status, heatmap, layers, solver, lambda, ranking,
     kept, warnings, result, generations.
     """
-    revisions = dict(view.revision)
+    revisions = {**view.revision, **{name: revision(view, name) for name in FIGURES}}
     figures = paired(figures)
     if any(name in figures and sent is not None and sent.get(name, -1) != revisions.get(name, 0)
            for name in SOLVER_PANELS):  # one of the pair changed: redraw both from this one snapshot

@@ -3,8 +3,8 @@
 Each is a :class:`RunFigure`: a name and a builder of a :class:`~toolkit.live.view.RunView`.
 
 Torch-free (CONTRIBUTING.md R7, R8). A new Run-view figure is a builder plus one entry in
-:data:`RUN_FIGURES`: the app, the widgets and the live updates iterate :data:`FIGURES`. Its name is
-also a section of :attr:`RunView.revision` (the events that change it bump that section). The two
+:data:`RUN_FIGURES`: the app's Run tab and the notebook widgets lay their panels out from
+:data:`ROWS`, and the live updates redraw a figure when a section it ``reads`` changes. The two
 solver panels are drawn from one :func:`~toolkit.live.solver.solver_snapshot`, so they always show
 the same linear.
 """
@@ -24,10 +24,22 @@ from toolkit.live.view import RunView
 
 @dataclass(frozen=True)
 class RunFigure:
-    """One figure of the Run view: ``build(view, key)`` returns its plotly figure (``key`` keeps zoom per run)."""
+    """One figure of the Run view and where it goes.
+
+    ``build(view, key)`` returns its plotly figure (``key`` keeps the zoom per run). ``row``: the
+    panel row it sits in (rows and the figures in them keep the registry's order). ``reads``: the
+    :attr:`RunView.revision` sections whose change redraws it (empty: its own name). ``explained_by``:
+    the key of its "How to read this" text in the app (empty: none). ``export``: an export button
+    under its row. ``hidden_until_drawn``: shown only once the run fills it (the solver panels).
+    """
 
     name: str
     build: Callable[[RunView, str], Any]
+    row: str
+    reads: tuple[str, ...] = ()
+    explained_by: str = ""
+    export: bool = False
+    hidden_until_drawn: bool = False
 
 
 def solver_figures(view: RunView) -> dict[str, Any]:
@@ -47,19 +59,32 @@ def _solver(view: RunView, key: str) -> Any:
     return solver_figures(view)["solver"]
 
 
+STRUCTURE_ROW = "structure"  # heads and channels a block-scope run removed (the widgets show it for those runs only)
 RUN_FIGURES: dict[str, RunFigure] = {f.name: f for f in (
     RunFigure("heatmap", lambda view, key: viz.error_heatmap(view.pruned, num_layers=view.num_layers,
-                                                             linears=view.linears, revision=key)),
+                                                             linears=view.linears, revision=key),
+              row="errors", explained_by="heatmap", export=True),
     RunFigure("layers", lambda view, key: viz.layer_error_figure(view.layers_done, num_layers=view.num_layers,
                                                                 revision=key,
-                                                                height=viz.heatmap_height(view.num_layers))),
-    RunFigure("solver", _solver),
-    RunFigure("lambda", lambda view, key: solver_figures(view)["lambda"]),
-    RunFigure("ranking", lambda view, key: viz_structure.ranking_figure(view.structure.ranking, revision=key)),
-    RunFigure("kept", lambda view, key: viz_structure.kept_map_figure(view.structure.kept, revision=key)),
+                                                                height=viz.heatmap_height(view.num_layers)),
+              row="errors", explained_by="layers"),
+    RunFigure("solver", _solver, row="solver", explained_by="convergence", hidden_until_drawn=True),
+    RunFigure("lambda", lambda view, key: solver_figures(view)["lambda"], row="solver", explained_by="lambda",
+              hidden_until_drawn=True),
+    RunFigure("ranking", lambda view, key: viz_structure.ranking_figure(view.structure.ranking, revision=key),
+              row=STRUCTURE_ROW, explained_by="ranking"),
+    RunFigure("kept", lambda view, key: viz_structure.kept_map_figure(view.structure.kept, revision=key),
+              row=STRUCTURE_ROW, explained_by="kept"),
 )}
 FIGURES = tuple(RUN_FIGURES)
-SOLVER_PANELS = ("solver", "lambda")
+ROWS: dict[str, tuple[str, ...]] = {row: tuple(f.name for f in RUN_FIGURES.values() if f.row == row)
+                                    for row in dict.fromkeys(f.row for f in RUN_FIGURES.values())}
+SOLVER_PANELS = ROWS["solver"]
+
+
+def revision(view: RunView, name: str) -> int:
+    """The figure's data revision: the sum of the revision counters of the sections it reads (they only grow)."""
+    return sum(view.revision.get(section, 0) for section in RUN_FIGURES[name].reads or (name,))
 
 
 def figure(view: RunView, name: str) -> Any:

@@ -32,7 +32,7 @@ from toolkit.errors import ToolkitError
 from toolkit.figures import masks as viz_masks
 from toolkit.figures import sweep as viz_sweep
 from toolkit.figures.paper import FORMATS, save_figure
-from toolkit.figures.registry import FIGURES
+from toolkit.figures.registry import FIGURES, ROWS, STRUCTURE_ROW
 from toolkit.figures.registry import figure as view_figure
 from toolkit.live.phase import format_seconds, progress_line
 from toolkit.live.view import RunView
@@ -140,11 +140,11 @@ class Dashboard:
                        row(self.options, self.nsamples, self.seqlen, self.eval_windows),
                        row(self.evaluate, self.generate, self.run_button, self.cancel_button, self.save_button)],
                       layout=w.Layout(width="calc(100% - 8px)"))
+        rows = {name: row(*(panel(figure) for figure in figures)) for name, figures in ROWS.items()}
         # shown only for structured runs: the global ranking of heads and channels, and what each layer kept
-        self.structure = w.HBox([panel("ranking"), panel("kept")],
-                                layout=w.Layout(**{**FLEX_ROW, "display": "none"}))
-        self.widget = w.VBox([form, self.status, row(panel("heatmap"), panel("layers")),
-                              row(panel("solver"), panel("lambda")), self.structure, self.warnings, self.result,
+        self.structure = rows[STRUCTURE_ROW]
+        self.structure.layout.display = "none"
+        self.widget = w.VBox([form, self.status, *rows.values(), self.warnings, self.result,
                               self.generations, self.snapshot], layout=w.Layout(width="100%", overflow="hidden"))
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
