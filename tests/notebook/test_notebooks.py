@@ -74,7 +74,8 @@ WIDGET_NOTEBOOK = [
     "dash = Dashboard(model='tiny-llama', method='wanda', sparsity='50%', runs_dir='runs', generate=True,\n"
     "                 nsamples=4, seqlen=32, eval_seqlen=32, eval_windows=2)\ndash",
     "view = dash.run()\nview.status",
-    "from toolkit.figures import run as viz\nviz.error_heatmap(view.pruned, num_layers=view.num_layers, linears=view.linears)",
+    "from toolkit.figures import run as viz\n"
+    "viz.error_heatmap(view.pruned, num_layers=view.num_layers, linears=view.linears)",
     "from IPython.display import HTML\nfrom toolkit.notebook.panels import generations_html\n"
     "HTML(generations_html(view.evals.texts))",
 ]
