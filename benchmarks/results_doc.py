@@ -451,7 +451,8 @@ DIGEST_PAIRS = [("digest_before_contract.jsonl", "digest_after_contract.jsonl"),
                 ("digest_tiny_awp_before.jsonl", "digest_tiny_awp.jsonl"),
                 ("digest_tiny_gptq_before.jsonl", "digest_tiny_gptq.jsonl"),
                 ("digest_tiny_house_before.jsonl", "digest_tiny_house_after.jsonl"),
-                ("digest_house_before.jsonl", "digest_house_after.jsonl")]
+                ("digest_house_before.jsonl", "digest_house_after.jsonl"),
+                ("digest_after_contract.jsonl", "digest_house_ten.jsonl")]
 
 
 def abs_sum_gap(before: Record, after: Record) -> float:
@@ -779,7 +780,11 @@ python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four run
         "`digest_*_contract`: `smollm2-135m`, the CPU protocol's calibration, before (`baf3940`) and after the "
         "spec/scope/result-kind refactor. `digest_tiny_*`: `tiny-llama`, 16 × 128 calibration tokens, "
         "`OMP_NUM_THREADS=1 PRUNELAB_THREADS=1` (with other thread counts the solvers' summation order changes, so "
-        "compare digests taken with the same threads). Identical weights give identical perplexity.",
+        "compare digests taken with the same threads). Identical weights give identical perplexity. "
+        "`digest_*house*`: the move of `toolkit/` into packages, before at `01456b7` and after, one thread each: "
+        "24 tiny-llama runs (the ten above, AWP, GPTQ, Numerical Pruning, RTN), three embedded-model runs taken "
+        "at both commits, and the ten embedded-model runs after the move against the digests recorded after the "
+        "contract refactor (which the three runs at `01456b7` reproduced).",
         """python -m benchmarks.weights_digest --runs magnitude@50% magnitude@2:4 wanda@50% wanda@2:4 sparsegpt@50% \\
       sparsegpt@2:4 thanos@50% thanos@2:4 fista@50% fista@2:4 --json benchmarks/results/digest_after_contract.jsonl
 python -m benchmarks.weights_digest --compare benchmarks/results/digest_before_contract.jsonl \\
