@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.results_doc import digest_rows, digest_table, render_ppl_grid, render_runs
+from benchmarks.results_render import digest_rows, digest_table, render_ppl_grid, render_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 
