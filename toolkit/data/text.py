@@ -114,7 +114,6 @@ def _token_cache(source: str, text: str, codec: TextCodec) -> Path | None:
     """
     if source != EMBEDDED_TEXT:
         return None
-
     key = hashlib.sha256(f"{codec.fingerprint}|".encode() + text.encode("utf-8")).hexdigest()[:32]
     return cache_dir() / "tokens" / f"{key}.npy"
 

@@ -28,9 +28,7 @@ from torch import Tensor, nn
 from toolkit.engine.capture import LayerInputs, run_layer
 from toolkit.engine.gather import fused_pass, gather_stats
 from toolkit.engine.solve import prune_group
-from toolkit.engine.state import (
-    RunState,
-)
+from toolkit.engine.state import RunState
 from toolkit.engine.stats import discover_groups
 from toolkit.errors import NumericalError, ToolkitError
 from toolkit.events import LayerDone, LayerStarted, RunWarning
