@@ -56,6 +56,8 @@ def main() -> None:
     parser.add_argument("--no-eval", action="store_true", help="speed only: prune, skip every perplexity")
     parser.add_argument("--propagate", default=None, help="pruned | dense; default: the method's")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto", help="storage dtype: auto | float32 | bfloat16 | float16")
+    parser.add_argument("--forward-dtype", default="auto", help="the layers' passes: auto | fp32 | bf16")
     parser.add_argument("--out", default="runs")
     parser.add_argument("--json", default=None, help="also append the objects to this JSON-lines file")
     args = parser.parse_args()
@@ -66,7 +68,7 @@ def main() -> None:
                            seqlen=args.seqlen, seed=args.seed, eval_seqlen=args.eval_seqlen,
                            eval_windows=args.eval_windows, eval_data=None if args.no_eval else "wiki",
                            eval_dense=not args.no_eval, device=args.device, propagate=args.propagate,
-                           out_dir=args.out)
+                           out_dir=args.out, dtype=args.dtype, forward_dtype=args.forward_dtype)
         start = Clock.now()
         result = prune_model(config)
         end = Clock.now()
@@ -79,6 +81,7 @@ def main() -> None:
             "total_seconds": round(end.wall - start.wall, 2), **end.since(start),
             "peak_rss_mb": round(result["peak_rss_mb"], 1),
             "accounting": result.get("accounting"),
+            "precision": result.get("precision"), "phases": result.get("phases"),
             "device": result["device"], "protocol": result["protocol"], "run_dir": result["run_dir"],
             "versions": result["versions"],
         }

@@ -126,8 +126,8 @@ def test_failed_run_is_marked_failed(tmp_path: Path) -> None:
 
     original = pipeline.load_model
 
-    def broken(name: str):
-        loaded = original(name)
+    def broken(name: str, **options: str):
+        loaded = original(name, **options)
         loaded.model.model.layers[1].mlp.up_proj.weight.data[0, 0] = float("nan")
         return loaded
 

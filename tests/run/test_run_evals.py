@@ -158,7 +158,7 @@ def test_a_bos_family_without_bos_is_refused_before_the_run_is_recorded(tmp_path
     from toolkit.models.load import load_model
 
     gemma = load_model("tiny-gemma3")
-    monkeypatch.setattr(pipeline, "load_model", lambda name: dataclasses.replace(gemma, codec=_NoSpecialTokens()))
+    monkeypatch.setattr(pipeline, "load_model", lambda name, **kw: dataclasses.replace(gemma, codec=_NoSpecialTokens()))
     with pytest.raises(ToolkitError, match="need a BOS token"):
         prune_model(_config(tmp_path, model="tiny-gemma3", tasks=("rte",)))
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from toolkit.engine.options import FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL
+from toolkit.engine.options import FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL, STORAGE_DTYPES
 from toolkit.errors import RunCancelled, ToolkitError
 
 
@@ -128,9 +128,13 @@ def _add_other_commands(sub: Any) -> None:
 
 def _add_scale_options(p: argparse.ArgumentParser) -> None:
     """The prune options for speed and scale: forward precision, torch.distributed."""
-    p.add_argument("--forward-dtype", default="fp32", choices=FORWARD_DTYPES,
-                   help="bf16: the layers' forward passes in bfloat16 (statistics and solves stay float32); "
-                        "falls back to fp32 with a warning where the device has no bf16")
+    p.add_argument("--forward-dtype", default="auto", choices=FORWARD_DTYPES,
+                   help="the layers' forward passes: auto = bf16 on a GPU, fp32 on a CPU; bf16 asks for it on a CPU "
+                        "(fp32 with a warning where the device has no bf16); statistics and solves stay float32")
+    p.add_argument("--dtype", default="auto", choices=STORAGE_DTYPES,
+                   help="the model's dtype on the host and in the saved checkpoint: auto = the checkpoint's own "
+                        "(bfloat16 for most; float32 for the embedded GGUF and tiny models); layers are upcast one at "
+                        "a time where the passes run in float32")
     p.add_argument("--distributed", action="store_true",
                    help="solve the layers on the ranks of `torchrun --nproc-per-node N -m toolkit prune …` "
                         "(needs --propagate dense)")
@@ -215,6 +219,7 @@ def _prune(args: argparse.Namespace) -> int:
         eval_seqlen=args.eval_seqlen, eval_windows=_windows(args.eval_windows), eval_dense=args.eval_dense,
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
         fused=args.fused, error_windows=args.error_windows, devices=args.devices, forward_dtype=args.forward_dtype,
+        dtype=args.dtype,
         distributed=args.distributed, dist_timeout=args.dist_timeout,
         out_dir=args.out or "runs", save_model=save_model, encoding=args.encoding, threads=pick_threads(args.threads),
         tasks=tuple(parse_task_names(args.tasks)) if args.tasks is not None else (), task_limit=args.task_limit,

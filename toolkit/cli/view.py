@@ -99,11 +99,26 @@ def summary(result: dict[str, Any]) -> None:
     print(f"linear weights {acct['params_before']:,} → {acct['params_after']:,}  kept {acct['nonzeros_kept']:,}  "
           f"{acct['bits_per_weight']:.3f} bits/weight  estimated {acct['estimated_bytes'] / 2**20:.2f} MiB{on_disk}")
     checkpoint_summary(result.get("checkpoint"))
+    precision_summary(result)
     for name, value in result["dense_ppl"].items():
         print(f"dense  ppl ({name}): {value:.3f}" + (" (cached)" if name in result.get("dense_ppl_cached", []) else ""))
     for name, value in result["ppl"].items():
         print(f"pruned ppl ({name}): {value:.3f}")
     print(f"run record: {result['run_dir']}")
+
+
+def precision_summary(result: dict[str, Any]) -> None:
+    """The dtypes the run used, and where the compression's time went (seconds per phase, all layers)."""
+    precision = result.get("precision") or {}
+    if precision:
+        print(f"precision: model stored in {precision.get('storage')}, layers on the device in "
+              f"{precision.get('layer_on_device')}, passes {precision.get('forward')}, statistics and solves "
+              f"{precision.get('statistics')}, saved in {precision.get('saved')}")
+    phases = result.get("phases") or {}
+    if phases:
+        layers = len([r for r in result.get("phase_layers", []) if r.get("layer", -1) >= 0]) or 1
+        cells = "  ".join(f"{name} {seconds:.2f}" for name, seconds in phases.items())
+        print(f"seconds per phase ({layers} layers): {cells}")
 
 
 def checkpoint_summary(checkpoint: dict[str, Any] | None) -> None:

@@ -152,19 +152,38 @@ def _shared(side: SideInputs, distinct: list[SideInputs]) -> SideInputs:
 
 
 @contextlib.contextmanager
-def outside_layers_on(model: nn.Module, layers: nn.ModuleList, device: torch.device) -> Iterator[None]:
-    """Temporarily move every parameter and buffer that is not in ``layers`` to ``device``."""
+def outside_layers_on(model: nn.Module, layers: nn.ModuleList, device: torch.device,
+                      dtype: torch.dtype | None = None) -> Iterator[None]:
+    """Temporarily move every parameter and buffer that is not in ``layers`` to ``device``.
+
+    Floating ones are cast to ``dtype`` when given, so the hidden states and the side inputs come in
+    the dtype the layers are held in on the device.
+    """
     inside = {id(t) for t in layers.parameters()} | {id(t) for t in layers.buffers()}
-    moved: list[tuple[Tensor, torch.device]] = []
+    inside |= _unused_head(model)
+    moved: list[tuple[Tensor, torch.device, torch.dtype]] = []
     for tensor in list(model.parameters()) + list(model.buffers()):
-        if id(tensor) not in inside and tensor.device != device:
-            moved.append((tensor, tensor.device))
-            tensor.data = tensor.data.to(device)
+        cast = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
+        if id(tensor) not in inside and (tensor.device != device or tensor.dtype != cast):
+            moved.append((tensor, tensor.device, tensor.dtype))
+            tensor.data = tensor.data.to(device, cast)
     try:
         yield
     finally:
-        for tensor, home in moved:
-            tensor.data = tensor.data.to(home)
+        for tensor, home, home_dtype in moved:
+            tensor.data = tensor.data.to(home, home_dtype)
+
+
+def _unused_head(model: nn.Module) -> set[int]:
+    """The output head's weight when it is not the input embedding's too: the capture stops before it runs."""
+    get_out = getattr(model, "get_output_embeddings", None)
+    get_in = getattr(model, "get_input_embeddings", None)
+    head = get_out() if callable(get_out) else None
+    embed = get_in() if callable(get_in) else None
+    weight = getattr(head, "weight", None)
+    if not isinstance(weight, Tensor) or weight is getattr(embed, "weight", None):
+        return set()
+    return {id(weight)}
 
 
 @contextlib.contextmanager
@@ -184,12 +203,13 @@ def _recording_layers(layers: nn.ModuleList, record: Callable[..., Tensor]) -> I
 
 
 def capture_layer_inputs(
-    model: nn.Module, layers: nn.ModuleList, windows: Tensor, device: torch.device, batch_size: int
+    model: nn.Module, layers: nn.ModuleList, windows: Tensor, device: torch.device, batch_size: int,
+    dtype: torch.dtype | None = None,
 ) -> LayerInputs:
     """Run the model on ``windows`` (num, seq) in batches and keep the decoder layers' inputs.
 
     Keeps layer 0's hidden states and every layer's side inputs (the layers themselves are skipped, see the
-    module docstring).
+    module docstring), in ``dtype`` (the dtype the layers are held in on the device; None: the model's).
 
     Raises :class:`ToolkitError` when the model's forward does not call every decoder layer.
     """
@@ -208,7 +228,7 @@ def capture_layer_inputs(
             raise _StopForward
         return hidden
 
-    with _recording_layers(layers, record), outside_layers_on(model, layers, device), torch.no_grad():
+    with _recording_layers(layers, record), outside_layers_on(model, layers, device, dtype), torch.no_grad():
         for batch, start in enumerate(range(0, windows.shape[0], batch_size)):
             with contextlib.suppress(_StopForward):
                 model(input_ids=windows[start : start + batch_size].to(device), use_cache=False)

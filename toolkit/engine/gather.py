@@ -42,7 +42,8 @@ def fused_pass(
     dense_inputs: dict[str, Tensor] = {}
     reference_inputs = inputs if full_dense else inputs.head(run.cfg.error_windows)
     watched = {name: linears[name] for name in heads} if run.needs_cross else {}
-    with capture_inputs(watched, dense_inputs.__setitem__):
+    phase = "statistics" if full_dense else "error"
+    with run.timer.section(phase), capture_inputs(watched, dense_inputs.__setitem__):
         dense = run_layer(layer, reference_inputs, 0)
     pending = set(heads)
 
@@ -52,15 +53,18 @@ def fused_pass(
                 raise ToolkitError(f"layer {index} {name} runs twice in one forward pass; use --fused off")
             pending.discard(name)
             run.check_cancel()
-            acc = GroupStats(get_weight(module).shape[1], run.device, run.needs_cross, run.gram_limit)
-            acc.add(args[0].detach(), dense_inputs.get(name))
-            prune_group(run, linears, heads[name], acc.finish(f"layer {index} {name}"))
+            with run.timer.section("statistics"):
+                acc = GroupStats(get_weight(module).shape[1], run.device, run.needs_cross, run.gram_limit)
+                acc.add(args[0].detach(), dense_inputs.get(name))
+                stats = acc.finish(f"layer {index} {name}")
+            prune_group(run, linears, heads[name], stats)
 
         return prune_before_use
 
     handles = [linears[name].register_forward_pre_hook(hook(name)) for name in heads]
     try:
-        pruned = run_layer(layer, inputs, 0)
+        with run.timer.section("propagation"):  # the pruned pass: solves inside it are charged to solve
+            pruned = run_layer(layer, inputs, 0)
     finally:
         for handle in handles:
             handle.remove()
@@ -70,41 +74,47 @@ def fused_pass(
     return pruned, dense
 
 
-def gather_stats(
+def gather_stats(  # noqa: PLR0913 - the passes' variants, keyword arguments with defaults
     run: RunState,
     layer: nn.Module,
     inputs: LayerInputs,
     groups: list[list[str]],
     dense_out: list[Tensor] | None = None,
     dense_layer: nn.Module | None = None,
+    keep_batches: int | None = None,
 ) -> list[LinearStats]:
     """One pass of ``layer`` over all batches accumulating the statistics of ``groups``.
 
-    With ``dense_out`` the pass runs to the end and keeps the layer's outputs; otherwise it stops
-    once the groups' inputs were seen. ``dense_layer`` (the unpruned copy) supplies the
-    dense-path inputs for the cross statistics.
+    With ``dense_out`` the pass of the first ``keep_batches`` batches (all when None) runs to the
+    end and keeps the layer's outputs; the others stop once the groups' inputs were seen. A
+    method that needs no statistics (magnitude) sees only those batches: its Gram matrix serves
+    the reported error alone. ``dense_layer`` (the unpruned copy) supplies the dense-path inputs
+    for the cross statistics.
     """
     linears = layer_linears(layer)
     heads = {group[0]: linears[group[0]] for group in groups}
     acc = {name: GroupStats(get_weight(m).shape[1], run.device, run.needs_cross, run.gram_limit)
            for name, m in heads.items()}
-    stop = None if dense_out is not None else set(heads)
+    kept = len(inputs.hidden) if keep_batches is None else keep_batches
+    batches = kept if not run.spec.needs and dense_out is not None else len(inputs.hidden)
     dense_modules = dict(dense_layer.named_modules()) if dense_layer is not None else {}
     dense_heads = {name: dense_modules[name] for name in heads} if dense_layer is not None else {}
-    for b in range(len(inputs.hidden)):
+    for b in range(batches):
         run.check_cancel()
+        keep = dense_out is not None and b < kept
         seen: dict[str, Tensor] = {}
-        with capture_inputs(heads, seen.__setitem__, stop):
+        with run.timer.section("statistics"), capture_inputs(heads, seen.__setitem__, None if keep else set(heads)):
             try:
                 out = run_layer(layer, inputs, b)
-                if dense_out is not None:
+                if keep and dense_out is not None:
                     dense_out.append(out)
             except StopForward:
                 pass
         dense_seen: dict[str, Tensor] = {}
-        if dense_layer is not None:
-            with capture_inputs(dense_heads, dense_seen.__setitem__, set(heads)), contextlib.suppress(StopForward):
-                run_layer(dense_layer, inputs, b)
-        for name, stats in acc.items():
-            stats.add(seen[name], dense_seen.get(name, seen[name]) if run.needs_cross else None)
+        with run.timer.section("statistics"):
+            if dense_layer is not None:
+                with capture_inputs(dense_heads, dense_seen.__setitem__, set(heads)), contextlib.suppress(StopForward):
+                    run_layer(dense_layer, inputs, b)
+            for name, stats in acc.items():
+                stats.add(seen[name], dense_seen.get(name, seen[name]) if run.needs_cross else None)
     return [acc[group[0]].finish(f"layer {run.layer} {group[0]}") for group in groups]

@@ -19,9 +19,11 @@ Every step emits a typed event; every linear is a cancellation point.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
+from collections.abc import Iterator
 
 from torch import Tensor, nn
 
@@ -33,18 +35,27 @@ from toolkit.engine.stats import discover_groups
 from toolkit.errors import NumericalError, ToolkitError
 from toolkit.events import LayerDone, LayerStarted, RunWarning
 from toolkit.models.layers import get_weight, layer_linears
+from toolkit.runtime.placement import placed
 from toolkit.runtime.precision import forward_precision
+
+
+@contextlib.contextmanager
+def on_device(run: RunState, layer: nn.Module) -> Iterator[None]:
+    """Hold ``layer`` on ``run.device`` in ``run.layer_dtype`` inside (both moves charged to ``copies``)."""
+    move = placed(layer, run.device, run.layer_dtype)
+    with run.timer.section("copies"):
+        move.__enter__()
+    try:
+        yield
+    finally:
+        with run.timer.section("copies"):
+            move.__exit__(None, None, None)
 
 
 def dense_next(run: RunState, layer: nn.Module, inputs: LayerInputs) -> LayerInputs:
     """The dense layer's outputs on the main device: the next layer's inputs under propagate=dense."""
-    home = next(layer.parameters()).device
-    layer.to(run.device)
-    try:
-        with forward_precision(run.device, run.forward_dtype):
-            return inputs.next_layer([run_layer(layer, inputs, b) for b in range(len(inputs.hidden))])
-    finally:
-        layer.to(home)
+    with placed(layer, run.device, run.layer_dtype), forward_precision(run.device, run.forward_dtype):
+        return inputs.next_layer([run_layer(layer, inputs, b) for b in range(len(inputs.hidden))])
 
 
 def use_fused(run: RunState, model: nn.Module, layer: nn.Module, windows: Tensor) -> bool:
@@ -95,23 +106,48 @@ def _prune_layer(
     run.emit(LayerStarted(layer=index, num_layers=num_layers, groups=[list(g) for g in groups]))
     if run.fused:
         pruned, dense = fused_pass(run, layer, linears, inputs, groups)
-        _layer_done(run, num_layers, _output_error([pruned], [dense]), t0)
+        with run.timer.section("error"):
+            error = _output_error([pruned], [dense])
+        _layer_done(run, num_layers, error, t0)
         return groups, inputs.next_layer([pruned if run.propagate == "pruned" else dense])
     dense_copy = copy.deepcopy(layer) if run.needs_cross and run.sequential == "group" else None
     dense_out: list[Tensor] = []
+    kept = _dense_batches(run, inputs)
     if run.sequential == "layer":
-        all_stats = gather_stats(run, layer, inputs, groups, dense_out=dense_out)
+        all_stats = gather_stats(run, layer, inputs, groups, dense_out=dense_out, keep_batches=kept)
         for group, stats in zip(groups, all_stats, strict=True):
             prune_group(run, linears, group, stats)
     else:
         for g, group in enumerate(groups):
             (stats,) = gather_stats(run, layer, inputs, [group], dense_out=dense_out if g == 0 else None,
-                                    dense_layer=dense_copy if g > 0 else None)
+                                    dense_layer=dense_copy if g > 0 else None, keep_batches=kept)
             prune_group(run, linears, group, stats)
-    pruned_out = [run_layer(layer, inputs, b) for b in range(len(inputs.hidden))]
-    _layer_done(run, num_layers, _output_error(pruned_out, dense_out), t0)
+    with run.timer.section("propagation"):
+        pruned_out = [run_layer(layer, inputs, b) for b in range(len(inputs.hidden))]
+    with run.timer.section("error"):
+        error = _output_error(pruned_out, dense_out)
+    _layer_done(run, num_layers, error, t0)
     nxt = pruned_out if run.propagate == "pruned" else dense_out
     return groups, inputs.next_layer(nxt)
+
+
+def _dense_batches(run: RunState, inputs: LayerInputs) -> int:
+    """How many batches of the dense statistics pass run to the layer's output and keep it.
+
+    All of them when the dense outputs are the next layer's inputs (``propagate=dense``) or the
+    method measures against the dense path; otherwise only the batches holding the first
+    ``error_windows`` windows (the output error is a sample): the others stop at the last
+    group's input, and no dense outputs beyond the sample are held.
+    """
+    if run.propagate == "dense" or run.needs_cross or run.gram_limit is None:
+        return len(inputs.hidden)
+    need, batches = run.cfg.error_windows, 0
+    for hidden in inputs.hidden:
+        if need <= 0:
+            break
+        need -= hidden.shape[0]
+        batches += 1
+    return batches
 
 
 def _groups(run: RunState, layer: nn.Module, linears: dict[str, nn.Module], inputs: LayerInputs,
@@ -128,8 +164,8 @@ def _groups(run: RunState, layer: nn.Module, linears: dict[str, nn.Module], inpu
 
 
 def _output_error(pruned: list[Tensor], dense: list[Tensor]) -> float:
-    """‖Y* − Y‖_F / ‖Y‖_F over the windows both lists hold (``pruned`` may hold more)."""
-    num = sum(float((p[: d.shape[0]] - d).float().pow(2).sum()) for p, d in zip(pruned, dense, strict=True))
+    """‖Y* − Y‖_F / ‖Y‖_F over the windows both lists hold (``pruned`` may hold more batches and windows)."""
+    num = sum(float((p[: d.shape[0]] - d).float().pow(2).sum()) for p, d in zip(pruned, dense, strict=False))
     den = sum(float(d.float().pow(2).sum()) for d in dense)
     return math.sqrt(num / den) if den > 0 else 0.0
 

@@ -6,4 +6,5 @@ PROPAGATE = ("pruned", "dense")  # layer i+1's inputs: the pruned or the dense o
 SEQUENTIAL = ("group", "layer")  # statistics after the earlier groups were pruned, or all from the dense layer
 FUSED = ("auto", "on", "off")  # sequential=group as one forward pass per layer over all windows
 DEVICES_AUTO = "auto"  # parallel layer pruning on every GPU when there are several and inputs are dense
-FORWARD_DTYPES = ("fp32", "bf16")  # decoder-layer forward passes; statistics and solves stay float32
+FORWARD_DTYPES = ("auto", "fp32", "bf16")  # decoder-layer passes (auto: bf16 on GPUs); statistics stay float32
+STORAGE_DTYPES = ("auto", "float32", "bfloat16", "float16")  # the model on the host (auto: as the checkpoint)

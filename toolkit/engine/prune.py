@@ -12,6 +12,7 @@ leaves a half-pruned model.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,8 +22,9 @@ from torch import Tensor, nn
 
 from toolkit.engine.block.driver import prune_blocks
 from toolkit.engine.capture import LayerInputs, capture_layer_inputs
-from toolkit.engine.linear import dense_next, prune_layer, use_fused
+from toolkit.engine.linear import dense_next, on_device, prune_layer, use_fused
 from toolkit.engine.parallel import Lane, LayerSteps, prune_in_parallel, resolve_devices
+from toolkit.engine.phases import PhaseTimer
 from toolkit.engine.ranks import prune_on_ranks
 from toolkit.engine.state import (
     EngineConfig,
@@ -40,6 +42,8 @@ from toolkit.methods.base import MethodSpec, Scope, Stat
 from toolkit.models.layers import decoder_layers, get_weight, layer_linears
 from toolkit.runtime.devices import forward_dtype, resolve_device
 from toolkit.runtime.memory import keep_freed_memory
+from toolkit.runtime.placement import storage_dtype
+from toolkit.runtime.precision import DTYPE_NAMES, layer_precision
 from toolkit.spec.compression import Compression, as_compression
 from toolkit.spec.targets import Target, validate_for_shape
 
@@ -94,8 +98,10 @@ def prune_layers(  # noqa: PLR0913 - keyword-only sinks, each named for what it 
     """
     keep_freed_memory()
     compression = as_compression(compression)
-    journal = writeback if writeback is not None else WriteBack(enabled=cfg.restore_on_failure)
+    journal = writeback if writeback is not None else WriteBack(enabled=cfg.restore_on_failure,
+                                                                budget_bytes=cfg.journal_budget_mb * 2**20)
     start = time.perf_counter()
+    run: RunState | None = None
     try:
         if spec.scope is Scope.BLOCK:
             result = _prune_blocks(model, windows, spec, compression, method_cfg, cfg=cfg, emit=emit,
@@ -103,15 +109,41 @@ def prune_layers(  # noqa: PLR0913 - keyword-only sinks, each named for what it 
         else:
             run = RunState(spec, compression, method_cfg, cfg, resolve_device(cfg.device), emit, cancelled, journal,
                            on_mask, on_quant)
-            run.forward_dtype = forward_dtype(cfg.forward_dtype, run.device, emit)
+            _set_precision(run, model)
             _prune_linears(run, model, windows)
             result = run.result
-    except BaseException:
+    except BaseException as exc:
         if cfg.restore_on_failure:
             journal.restore()
+        if isinstance(exc, torch.OutOfMemoryError):
+            raise _out_of_memory(exc, run) from None
         raise
+    finally:
+        if writeback is None:  # a caller's journal stays theirs to undo (the Layer lab)
+            journal.discard()
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _set_precision(run: RunState, model: nn.Module) -> None:
+    """The dtypes of the run: storage (the model's), layers on the device, autocast; recorded in the result."""
+    storage = storage_dtype(decoder_layers(model))
+    precision = layer_precision(storage, forward_dtype(run.cfg.forward_dtype, run.device, run.emit))
+    run.forward_dtype, run.layer_dtype, run.storage_dtype = precision.autocast, precision.layer_dtype, storage
+    run.timer = PhaseTimer(run.device)
+    run.result.precision = {"storage": DTYPE_NAMES.get(storage, str(storage)), "forward": precision.forward,
+                            "layer_on_device": DTYPE_NAMES.get(precision.layer_dtype, str(precision.layer_dtype)),
+                            "statistics": "float32", "solve": "float32"}
+
+
+def _out_of_memory(exc: BaseException, run: RunState | None) -> ToolkitError:
+    """One line: the layer, the device, the memory asked (from torch's message), what to lower."""
+    found = re.search(r"Tried to allocate ([\d.]+ ?[KMGT]?i?B)", str(exc))
+    asked = found.group(1) if found else "more than was free"
+    where = f"layer {run.layer} on {run.device}" if run is not None else "the run"
+    also = "" if run is not None and run.device.type == "cpu" else ", or use --device cpu"
+    return ToolkitError(f"out of memory in {where} (tried to allocate {asked}); the model was restored; lower "
+                        f"--nsamples, --seqlen or --batch-size{also}")
 
 
 def _prune_blocks(model: nn.Module, windows: Tensor, spec: MethodSpec, compression: Compression,
@@ -130,7 +162,9 @@ def _prune_linears(run: RunState, model: nn.Module, windows: Tensor) -> None:
     devices = resolve_devices(run.cfg.devices, run.device, run.propagate, resolve_device)
     with torch.no_grad():
         batch = windows.shape[0] if run.fused else run.cfg.batch_size
-        inputs = capture_layer_inputs(model, layers, windows, run.device, batch)
+        with run.timer.section("capture"):
+            inputs = capture_layer_inputs(model, layers, windows, run.device, batch, run.layer_dtype)
+        run.result.phases.append(run.timer.layer_done(-1))
         if run.cfg.distributed:
             prune_on_ranks(run, layers, inputs)
         elif len(devices) > 1:
@@ -143,12 +177,9 @@ def _prune_in_order(run: RunState, layers: nn.ModuleList, inputs: LayerInputs) -
     """Layer after layer on one device, each seeing the previous one's pruned or dense outputs."""
     groups: list[list[str]] | None = None
     for index, layer in enumerate(layers):
-        home = next(layer.parameters()).device
-        layer.to(run.device)
-        try:
+        with on_device(run, layer):
             groups, inputs = prune_layer(run, index, len(layers), layer, inputs, groups)
-        finally:
-            layer.to(home)
+        run.result.phases.append(run.timer.layer_done(index))
 
 
 def _prune_in_parallel(run: RunState, layers: nn.ModuleList, inputs: LayerInputs, devices: list[torch.device]) -> None:
@@ -160,8 +191,11 @@ def _prune_in_parallel(run: RunState, layers: nn.ModuleList, inputs: LayerInputs
             lanes[id(lane)] = dataclasses.replace(
                 run, device=lane.device, writeback=lane.writeback, cancelled=lane.cancelled,
                 emit=lane.serial(run.emit), on_mask=lane.serial(run.on_mask), on_quant=lane.serial(run.on_quant),
-                result=EngineResult())
-        prune_layer(lanes[id(lane)], index, len(layers), layer, layer_inputs, None)
+                result=EngineResult(), timer=PhaseTimer(lane.device))
+        worker = lanes[id(lane)]
+        with on_device(worker, layer):  # on the lane's device already: held in the run's layer dtype
+            prune_layer(worker, index, len(layers), layer, layer_inputs, None)
+        worker.result.phases.append(worker.timer.layer_done(index))
 
     try:
         steps = LayerSteps(prune_one=prune_one, dense_next=lambda layer, x: dense_next(run, layer, x))

@@ -26,7 +26,8 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from toolkit.engine.capture import LayerInputs
-from toolkit.engine.linear import dense_next, prune_layer
+from toolkit.engine.linear import dense_next, on_device, prune_layer
+from toolkit.engine.phases import PhaseTimer
 from toolkit.engine.state import EngineConfig, EngineResult, RunState
 from toolkit.engine.writeback import WriteBack
 from toolkit.errors import DistributedError, NumericalError, ToolkitError
@@ -63,6 +64,7 @@ class LayerJob:
     fused: bool
     gram_limit: int | None
     forward_dtype: torch.dtype | None
+    layer_dtype: torch.dtype | None = None  # the dtype the layer is held in on the device (None: as sent)
 
 
 @dataclass
@@ -130,7 +132,7 @@ def prune_on_ranks(run: RunState, layers: nn.ModuleList, inputs: LayerInputs) ->
                     own = (index, inputs)
                 else:
                     job = LayerJob(index, len(layers), layers[index], inputs.only().to(CPU), run.fused,
-                                   run.gram_limit, run.forward_dtype)
+                                   run.gram_limit, run.forward_dtype, run.layer_dtype)
                     _send(job, rank)
                     pending[rank] = index
                 inputs = following
@@ -144,12 +146,9 @@ def prune_on_ranks(run: RunState, layers: nn.ModuleList, inputs: LayerInputs) ->
 
 
 def _prune_here(run: RunState, index: int, num_layers: int, layer: nn.Module, inputs: LayerInputs) -> None:
-    home = next(layer.parameters()).device
-    layer.to(run.device)
-    try:
+    with on_device(run, layer):
         prune_layer(run, index, num_layers, layer, inputs, None)
-    finally:
-        layer.to(home)
+    run.result.phases.append(run.timer.layer_done(index))
 
 
 def _apply(run: RunState, rank: int, layer: nn.Module, outcome: LayerOutcome | LayerFailed) -> None:
@@ -212,14 +211,16 @@ def _solve(job: LayerJob, run: RunState) -> LayerOutcome:
     run.on_mask = lambda index, name, keep: outcome.masks.append((index, name, keep))
     run.on_quant = lambda index, name, state: outcome.quants.append((index, name, state))
     run.fused, run.gram_limit, run.forward_dtype = job.fused, job.gram_limit, job.forward_dtype
+    run.layer_dtype, run.timer = job.layer_dtype, PhaseTimer(run.device)
     if run.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(run.device)
-    layer = job.layer.to(run.device)
-    with torch.no_grad():
+    layer = job.layer
+    with torch.no_grad(), on_device(run, layer):
         prune_layer(run, job.index, job.num_layers, layer, job.inputs.to(run.device), None)
-    linears = layer_linears(layer)
-    outcome.weights = {name: get_weight(linears[name]).detach().to(CPU)
-                       for index, name in outcome.result.kept if index == job.index}
+        linears = layer_linears(layer)
+        outcome.weights = {name: get_weight(linears[name]).detach().to(CPU)
+                           for index, name in outcome.result.kept if index == job.index}
+    outcome.result.phases.append(run.timer.layer_done(job.index))
     if run.device.type == "cuda":
         outcome.result.remote_gpu_peak_mb = torch.cuda.max_memory_allocated(run.device) / 2**20
     return outcome

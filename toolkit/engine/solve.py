@@ -51,11 +51,13 @@ def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str],
             raise NumericalError(f"layer {index} {name}: the weight has NaN/Inf entries; the checkpoint is broken")
         ctx = SolveContext(layer=index, name=name, quant=run.quant, emit=run.emit, cancelled=run.cancelled)
         t0 = time.perf_counter()
-        result = run.spec.fn(W.clone(), stats, run.target, run.method_cfg, ctx)
+        with run.timer.section("solve"):
+            result = run.spec.fn(W.clone(), stats, run.target, run.method_cfg, ctx)
         seconds = time.perf_counter() - t0
         keep = result.keep_mask.to(W.device, torch.bool)
         new = _written_weight(run, index, name, W, keep, result)
-        run.writeback.weight(module, new)
+        with run.timer.section("writeback"):
+            run.writeback.weight(module, new, run.storage_dtype)
         _report(run, _Solved(name, W, new, keep, result, seconds), stats)
 
 

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from toolkit.engine.options import DEVICES_AUTO, FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL
+from toolkit.engine.phases import PhaseTimer
 from toolkit.engine.writeback import WriteBack
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import Event
@@ -47,8 +48,9 @@ class EngineConfig:
     error_windows: int = 4  # windows behind the layer output error (all when a dense pass runs anyway)
     # and behind the Gram of methods that need only column norms (Wanda): their rel_error is a sample
     devices: str = DEVICES_AUTO  # layers pruned concurrently on these (needs propagate=dense); see parallel.py
-    forward_dtype: str = "fp32"  # "fp32" | "bf16": the layers' forward passes (statistics stay float32)
+    forward_dtype: str = "auto"  # "auto" | "fp32" | "bf16": the layers' passes (auto: bf16 on GPUs; stats float32)
     distributed: bool = False  # layers solved on the ranks of torch.distributed (see dist_engine.py)
+    journal_budget_mb: int = 1024  # backups of the undo journal kept in memory; beyond, on disk (writeback.py)
 
     def __post_init__(self) -> None:
         if self.propagate is not None and self.propagate not in PROPAGATE:
@@ -61,8 +63,8 @@ class EngineConfig:
             raise ToolkitError(f"fused must be one of {FUSED}, got {self.fused!r}")
         if self.forward_dtype not in FORWARD_DTYPES:
             raise ToolkitError(f"forward_dtype must be one of {FORWARD_DTYPES}, got {self.forward_dtype!r}")
-        if self.error_windows < 1 or self.fused_budget_mb < 0:
-            raise ToolkitError("error_windows must be ≥ 1 and fused_budget_mb ≥ 0")
+        if self.error_windows < 1 or self.fused_budget_mb < 0 or self.journal_budget_mb < 0:
+            raise ToolkitError("error_windows must be ≥ 1, fused_budget_mb and journal_budget_mb ≥ 0")
 
 
 @dataclass
@@ -79,6 +81,8 @@ class EngineResult:
     quant: dict[LinearKey, QuantSpec] = field(default_factory=dict)
     seconds: float = 0.0
     remote_gpu_peak_mb: float | None = None  # the highest GPU memory peak of the other ranks (distributed)
+    phases: list[dict[str, float]] = field(default_factory=list)  # seconds per phase, one record per layer
+    precision: dict[str, str] = field(default_factory=dict)  # dtype of storage, forward passes, statistics, solves
 
     @property
     def achieved_sparsity(self) -> float:
@@ -93,6 +97,8 @@ class EngineResult:
         self.kept.update(other.kept)
         self.sizes.update(other.sizes)
         self.quant.update(other.quant)
+        self.phases.extend(other.phases)
+        self.phases.sort(key=lambda record: record["layer"])
         peaks = [p for p in (self.remote_gpu_peak_mb, other.remote_gpu_peak_mb) if p is not None]
         self.remote_gpu_peak_mb = max(peaks) if peaks else None
 
@@ -115,7 +121,10 @@ class RunState:
     layer: int = 0  # the decoder layer being pruned
     fused: bool = False  # one pass per layer over all windows as a single batch
     gram_limit: int | None = None  # tokens behind G* for methods that need only column norms
-    forward_dtype: torch.dtype | None = None  # autocast dtype of the layer passes (None: the model's dtype)
+    forward_dtype: torch.dtype | None = None  # autocast dtype of the layer passes (None: no autocast)
+    layer_dtype: torch.dtype | None = None  # the dtype a layer is held in on the device (None: as stored)
+    storage_dtype: torch.dtype | None = None  # the model's dtype on the host (journal backups are kept in it)
+    timer: PhaseTimer = field(default_factory=PhaseTimer)  # seconds per phase of the current layer
 
     @property
     def target(self) -> Target | None:

@@ -3,7 +3,9 @@
 Three kinds of change, each backed up before it is made:
 
 - ``weight(module, W)``: a new (out, in) weight of the same shape, written in place (masks and
-  quantized weights); the old values are copied to the CPU;
+  quantized weights); the old values are copied to the CPU in the model's storage dtype — in memory
+  up to ``budget_bytes``, beyond it into a temporary safetensors file each (so the journal of a 7B
+  model does not double the host memory; :meth:`WriteBack.discard` deletes the files);
 - ``replace(parent, attr, new)``: a submodule swapped for another one (a smaller Linear after heads
   or channels were removed); the old module object is kept;
 - ``set_attr(obj, attr, value)``: any attribute (a layer's head count, a config's sizes).
@@ -15,10 +17,16 @@ model exactly as it was, shapes included. Journals of parallel workers are merge
 
 from __future__ import annotations
 
+import itertools
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import torch
+from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from toolkit.models.layers import get_weight, set_weight_
@@ -31,14 +39,34 @@ class WriteBack:
     """A journal of changes to one model; ``enabled=False`` writes without keeping backups."""
 
     enabled: bool = True
+    budget_bytes: int | None = None  # backups held in memory; None: all of them
     _undo: list[Callable[[], None]] = field(default_factory=list)
+    _held: int = 0
+    _dirs: list[Path] = field(default_factory=list)
+    _count: itertools.count = field(default_factory=itertools.count)
 
-    def weight(self, module: nn.Module, weight: Tensor) -> None:
-        """Write ``weight`` (out, in) into ``module`` (Linear or Conv1D) in its dtype, in place."""
+    def weight(self, module: nn.Module, weight: Tensor, backup_dtype: torch.dtype | None = None) -> None:
+        """Write ``weight`` (out, in) into ``module`` (Linear or Conv1D) in its dtype, in place.
+
+        The backup is kept in ``backup_dtype`` (the model's storage dtype when the layer was upcast
+        on the device, an exact round trip), else in the module's dtype.
+        """
         if self.enabled:
-            old = get_weight(module).detach().to("cpu", copy=True)
-            self._undo.append(lambda: set_weight_(module, old))
+            old = self._keep(get_weight(module).detach().to("cpu", backup_dtype, copy=True))
+            self._undo.append(lambda: set_weight_(module, old()))
         set_weight_(module, weight)
+
+    def _keep(self, tensor: Tensor) -> Callable[[], Tensor]:
+        """``tensor`` held in memory while the budget allows, else in a file of its own; returns its getter."""
+        nbytes = tensor.numel() * tensor.element_size()
+        if self.budget_bytes is None or self._held + nbytes <= self.budget_bytes:
+            self._held += nbytes
+            return lambda: tensor
+        if not self._dirs:
+            self._dirs.append(Path(tempfile.mkdtemp(prefix="prunelab-journal-")))
+        path = self._dirs[0] / f"{next(self._count)}.safetensors"
+        save_file({"w": tensor.contiguous()}, str(path))
+        return lambda: load_file(str(path))["w"]
 
     def replace(self, parent: nn.Module, attr: str, new: nn.Module) -> None:
         """Swap ``parent.<attr>`` for ``new`` (e.g. a smaller Linear); the old module is kept for undo."""
@@ -57,12 +85,23 @@ class WriteBack:
     def absorb(self, other: WriteBack) -> None:
         """Take over ``other``'s journal (its changes are undone after this one's later changes)."""
         self._undo.extend(other._undo)
+        self._dirs.extend(other._dirs)
         other._undo.clear()
+        other._dirs.clear()
 
     def restore(self) -> None:
         """Undo every change, newest first; the journal is empty afterwards."""
         while self._undo:
             self._undo.pop()()
+        self.discard()
+
+    def discard(self) -> None:
+        """Forget every backup (the changes stay) and delete the journal's files."""
+        self._undo.clear()
+        self._held = 0
+        for folder in self._dirs:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._dirs.clear()
 
     def __len__(self) -> int:
         return len(self._undo)

@@ -31,6 +31,7 @@ from toolkit.models.sources import (
     is_shrunk,
 )
 from toolkit.models.tokenizers import BYTES_MARKER, ByteCodec, HFCodec, TextCodec
+from toolkit.runtime.precision import STORAGE_DTYPES
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,16 @@ def _embedded_folder() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _load_embedded() -> LoadedModel:
+def _config_dtype(path: Path) -> torch.dtype:
+    """The dtype a checkpoint folder's config.json says its weights are stored in (float32 when it says none)."""
+    config = path / "config.json"
+    data = json.loads(config.read_text()) if config.is_file() else {}
+    name = data.get("dtype") or data.get("torch_dtype") or "float32"
+    dtype = STORAGE_DTYPES.get(str(name).removeprefix("torch."))
+    return dtype if dtype is not None else torch.float32
+
+
+def _load_embedded(dtype: torch.dtype | None) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cached = cache_dir() / EMBEDDED
@@ -71,7 +81,7 @@ def _load_embedded() -> LoadedModel:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         tmp.rename(cached)
-    model = AutoModelForCausalLM.from_pretrained(cached, use_safetensors=True, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(cached, use_safetensors=True, dtype=dtype or torch.float32)
     codec = HFCodec(AutoTokenizer.from_pretrained(cached))
     return LoadedModel(model, codec, EMBEDDED, "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized)", cached)
 
@@ -106,17 +116,20 @@ def tiny_config(family: str):  # noqa: ANN201 - a transformers PretrainedConfig
     raise ToolkitError(f"unknown tiny family {family!r}: use one of {', '.join(TINY_FAMILIES)}")
 
 
-def _load_tiny(family: str, seed: int = 0) -> LoadedModel:
+def _load_tiny(family: str, seed: int = 0, dtype: torch.dtype | None = None) -> LoadedModel:
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(family))
-    return LoadedModel(model.float().eval(), ByteCodec(), f"tiny-{family}", f"tiny random {family} (seed {seed})")
+    model = AutoModelForCausalLM.from_config(tiny_config(family)).float()  # drawn in float32, then stored in dtype
+    for param in model.parameters():  # parameters only: rotary tables stay float32, as from_pretrained keeps them
+        param.data = param.data.to(dtype or torch.float32)
+    return LoadedModel(model.eval(), ByteCodec(), f"tiny-{family}", f"tiny random {family} (seed {seed})")
 
 
-def _load_dir(path: Path, trust_remote_code: bool) -> LoadedModel:
+def _load_dir(path: Path, trust_remote_code: bool, dtype: torch.dtype | None) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    dtype = dtype or _config_dtype(path)
 
     packed = _compressed_tensors(path)
     extra: dict[str, Any] = {}
@@ -128,8 +141,8 @@ def _load_dir(path: Path, trust_remote_code: bool) -> LoadedModel:
         extra["quantization_config"] = CompressedTensorsConfig(dequantize=True)
     with warnings.catch_warnings():  # transformers warns that only `dequantize` of our config is used: intended
         warnings.filterwarnings("ignore", message="You passed `quantization_config`")
-        model = load_shrunk(path) if is_shrunk(path) else AutoModelForCausalLM.from_pretrained(
-            path, use_safetensors=True, dtype=torch.float32, trust_remote_code=trust_remote_code, **extra
+        model = load_shrunk(path, dtype) if is_shrunk(path) else AutoModelForCausalLM.from_pretrained(
+            path, use_safetensors=True, dtype=dtype, trust_remote_code=trust_remote_code, **extra
         )
     codec = ByteCodec() if (path / BYTES_MARKER).exists() else HFCodec(AutoTokenizer.from_pretrained(path))
     label = f"local checkpoint {path}" + (f" ({packed}, dequantized)" if packed else "")
@@ -145,10 +158,10 @@ def _compressed_tensors(path: Path) -> str:
     return str(quant.get("format", "")) if quant.get("quant_method") == "compressed-tensors" else ""
 
 
-def _load_local(path: Path, trust_remote_code: bool) -> LoadedModel:
+def _load_local(path: Path, trust_remote_code: bool, dtype: torch.dtype | None) -> LoadedModel:
     """A .gguf file or checkpoint folder; what transformers refuses becomes one line saying what to do."""
     try:
-        return _load_gguf(path) if path.suffix == ".gguf" else _load_dir(path, trust_remote_code)
+        return _load_gguf(path, dtype) if path.suffix == ".gguf" else _load_dir(path, trust_remote_code, dtype)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         if isinstance(exc, ToolkitError):
             raise
@@ -157,10 +170,10 @@ def _load_local(path: Path, trust_remote_code: bool) -> LoadedModel:
                            "the folder or file is a complete checkpoint of a causal language model") from None
 
 
-def _load_gguf(path: Path) -> LoadedModel:
+def _load_gguf(path: Path, dtype: torch.dtype | None) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype or torch.float32)
     _drop_gguf_quantization(model)
     codec = HFCodec(AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name))
     return LoadedModel(model, codec, str(path), f"{path.name} (GGUF, dequantized)", path)
@@ -173,13 +186,13 @@ def _drop_gguf_quantization(model: Any) -> None:
         del model.config.quantization_config
 
 
-def _load_hub(name: str, trust_remote_code: bool) -> LoadedModel:
+def _load_hub(name: str, trust_remote_code: bool, dtype: torch.dtype | None) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local_only = not hub_reachable()
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            name, use_safetensors=True, dtype=torch.float32, trust_remote_code=trust_remote_code,
+            name, use_safetensors=True, dtype=dtype or "auto", trust_remote_code=trust_remote_code,
             local_files_only=local_only,
         )
         codec = HFCodec(AutoTokenizer.from_pretrained(name, local_files_only=local_only))
@@ -197,24 +210,30 @@ def _load_hub(name: str, trust_remote_code: bool) -> LoadedModel:
     return LoadedModel(model, codec, name, f"{name} (Hugging Face hub)")
 
 
-def load_model(name: str = EMBEDDED, *, trust_remote_code: bool = False) -> LoadedModel:
+def load_model(name: str = EMBEDDED, *, dtype: str = "auto", trust_remote_code: bool = False) -> LoadedModel:
     """Load ``name``: "smollm2-135m", "tiny-<llama|opt|gpt2|qwen2|gemma3>", a directory, a .gguf or a hub id.
 
-    The model comes back in float32, in eval mode, on the CPU (the engine moves one layer at a
-    time to the device). Raises :class:`ToolkitError` with what to do for an unknown name.
+    The model comes back in eval mode, on the CPU (the engine moves one layer at a time to the
+    device), in ``dtype``: ``auto`` keeps the checkpoint's own (config.json's ``dtype``, bfloat16
+    for most; float32 when it names none), and float32 for the embedded GGUF (dequantized), a
+    ``.gguf`` and the tiny models; ``float32`` | ``bfloat16`` | ``float16`` cast at load. Raises
+    :class:`ToolkitError` with what to do for an unknown name or dtype.
     """
     name = (name or "").strip()
     if not name:
         raise ToolkitError(f"no model given: use {EMBEDDED!r}, a local directory, a .gguf file or a hub id")
+    if dtype not in STORAGE_DTYPES:
+        raise ToolkitError(f"unknown --dtype {dtype!r}: use one of {', '.join(STORAGE_DTYPES)}")
     check_model_source(name)  # what can be told from the files, before any weights are read
+    asked = STORAGE_DTYPES[dtype]
     if name == EMBEDDED:
-        loaded = _load_embedded()
+        loaded = _load_embedded(asked)
     elif name.startswith("tiny-"):
-        loaded = _load_tiny(name.removeprefix("tiny-"))
+        loaded = _load_tiny(name.removeprefix("tiny-"), dtype=asked)
     elif name.endswith(".gguf") or Path(name).expanduser().is_dir():
-        loaded = _load_local(Path(name).expanduser(), trust_remote_code)
+        loaded = _load_local(Path(name).expanduser(), trust_remote_code, asked)
     else:
-        loaded = _load_hub(name, trust_remote_code)
+        loaded = _load_hub(name, trust_remote_code, asked)
     loaded.model.eval()
     config: Any = loaded.model.config  # a transformers PretrainedConfig
     if hasattr(config, "use_cache"):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.data.text import check_text_source
-from toolkit.engine.options import DEVICES_AUTO, FORWARD_DTYPES, FUSED
+from toolkit.engine.options import DEVICES_AUTO, FORWARD_DTYPES, FUSED, STORAGE_DTYPES
 from toolkit.errors import ToolkitError
 from toolkit.evaluation.tasks import AUTO, SOURCES, check_limit, parse_task_names
 from toolkit.methods import get_method
@@ -34,6 +34,7 @@ class RunConfig:
     """
 
     model: str = "smollm2-135m"
+    dtype: str = "auto"  # the model on the host and saved: auto (the checkpoint's own) | float32 | bfloat16 | float16
     method: str = "wanda"
     sparsity: Target | None = Unstructured(0.5)
     quant: QuantSpec | None = None  # e.g. "int4" or "int3:g64"; None = no quantization
@@ -54,7 +55,7 @@ class RunConfig:
     fused: str = "auto"  # sequential=group as one pass per layer: auto | on | off (same numbers, faster)
     error_windows: int = 4  # calibration windows behind the layer output error (see EngineConfig)
     devices: str = "auto"  # layers pruned concurrently on these devices, e.g. "cuda:0,cuda:1" (propagate=dense)
-    forward_dtype: str = "fp32"  # "bf16": layer forward passes under bf16 autocast, statistics in float32
+    forward_dtype: str = "auto"  # layer passes: auto (bf16 on GPUs, fp32 on CPUs) | fp32 | bf16; statistics float32
     distributed: bool = False  # layers solved on the ranks of a torchrun job (propagate=dense)
     dist_timeout: float = 1800.0  # seconds a rank waits for another before the run fails (--distributed)
     out_dir: str = "runs"
@@ -92,6 +93,8 @@ class RunConfig:
         several = len([d for d in self.devices.split(",") if d.strip()]) > 1
         if self.devices != DEVICES_AUTO and several and (self.propagate or spec.propagate) != "dense":
             raise ToolkitError("parallel layer pruning (--devices with several devices) needs --propagate dense")
+        if self.dtype not in STORAGE_DTYPES:
+            raise ToolkitError(f"unknown --dtype {self.dtype!r}: use one of {', '.join(STORAGE_DTYPES)}")
         if self.forward_dtype not in FORWARD_DTYPES:
             raise ToolkitError(f"forward-dtype must be one of {', '.join(FORWARD_DTYPES)}, got {self.forward_dtype!r}")
         self._check_distributed(spec, several)
@@ -156,9 +159,18 @@ class RunConfig:
                 data.pop(name)
         if self.encoding == "utf-8":  # the default: runs from before the field existed match
             data.pop("encoding")
-        if data["forward_dtype"] == "fp32":  # runs from before the option ran in float32
-            data.pop("forward_dtype")
+        if data["forward_dtype"] == "fp32" or (data["forward_dtype"] == "auto" and not _cuda()):
+            data.pop("forward_dtype")  # float32 passes: runs from before the option ran in float32
+        if data["dtype"] == "auto":  # the checkpoint's own: runs from before the option loaded it so (or float32)
+            data.pop("dtype")
         return data
+
+
+def _cuda() -> bool:
+    """Whether ``forward_dtype=auto`` resolves to bf16 here (a CUDA device); torch is imported only when asked."""
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 class CancelToken:

@@ -14,6 +14,7 @@ import torch
 from toolkit.data.text import CalibSpec, calibration_windows, eval_windows, load_tokens
 from toolkit.engine.block.driver import check_block_budget
 from toolkit.engine.device_report import devices_label, gpu_peak_mb, reset_gpu_peak, used_devices
+from toolkit.engine.phases import phase_totals
 from toolkit.engine.prune import check_targets, prune_layers
 from toolkit.engine.state import EngineConfig, EngineResult
 from toolkit.errors import RunCancelled, ToolkitError
@@ -43,6 +44,8 @@ from toolkit.run.evals import (
 from toolkit.run.preflight import check_writable_dir
 from toolkit.run.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl, versions
 from toolkit.runtime.devices import resolve_device
+from toolkit.runtime.placement import storage_dtype
+from toolkit.runtime.precision import DTYPE_NAMES
 from toolkit.store.runs import SCHEMA, RunWriter, StoredQuant
 
 Progress = Callable[[str, int, int], None]
@@ -132,7 +135,7 @@ def prepare(config: RunConfig) -> Prepared:
     tasks = resolve_tasks(config.tasks, config.task_data) if config.tasks else ()  # before the model loads
     if config.threads:
         torch.set_num_threads(config.threads)
-    loaded = load_model(config.model)
+    loaded = load_model(config.model, dtype=config.dtype)
     check_context(loaded, config.seqlen, config.eval_seqlen if config.eval_data else None)
     if tasks:
         check_task_tokens(loaded.model, loaded.codec, tasks)
@@ -256,7 +259,8 @@ def _save(config: RunConfig, run: Prepared, writer: RunWriter,
         return save_run_checkpoint(model, codec, folder, collected)
     save = save_shrunk if run.spec.scope is Scope.BLOCK else save_checkpoint  # per-layer shapes need their file
     saved = save(model, codec, folder)
-    return {"folder": str(saved), "format": "dense", "bytes": folder_bytes(saved)}
+    return {"folder": str(saved), "format": "dense", "bytes": folder_bytes(saved),
+            "dtype": DTYPE_NAMES.get(storage_dtype(model), str(storage_dtype(model)))}
 
 
 def stored_quant(state: QuantState) -> StoredQuant:
@@ -371,6 +375,9 @@ def _result(config: RunConfig, run: Prepared, result: EngineResult, accounting: 
         "ppl": ppl,
         "dense_ppl": dense_ppl,
         "prune_seconds": result.seconds,
+        "phases": phase_totals(result.phases),
+        "phase_layers": result.phases,
+        "precision": result.precision | {"saved": DTYPE_NAMES.get(storage_dtype(run.loaded.model), "")},
         "peak_rss_mb": peak_rss_mb(),
         "device": str(run.device),
         "protocol": run.protocol,

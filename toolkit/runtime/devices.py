@@ -31,7 +31,13 @@ def resolve_device(name: str) -> torch.device:
 
 
 def forward_dtype(name: str, device: torch.device, emit: Callable[[Event], None]) -> torch.dtype | None:
-    """The autocast dtype of the layer passes; bf16 on a device without bf16 support runs in float32 with a warning."""
+    """The dtype of the layer passes (None: float32).
+
+    ``auto`` is bf16 on a GPU with bf16 support, float32 otherwise (CPUs: float32 unless asked);
+    ``bf16`` on a device without bf16 support runs in float32 with a warning.
+    """
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" and bf16_supported(device) else None
     dtype = AUTOCAST_DTYPES[name]
     if dtype is torch.bfloat16 and not bf16_supported(device):
         emit(RunWarning(message=f"--forward-dtype bf16: {device.type} has no native bf16 (AVX512-BF16/AMX on CPUs, "
