@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nsamples", type=int, default=32)
     p.add_argument("--seqlen", type=int, default=512)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval", default="wiki", help="evaluation text, or 'none'")
+    p.add_argument("--eval", default=None, help="evaluation text, or 'none' (default: wiki; none with --stream)")
     p.add_argument("--encoding", default="utf-8", help="encoding of --calib / --eval text files (e.g. latin-1)")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for tensor ops (default: torch's, or $PRUNELAB_THREADS)")
@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="calibration windows behind each layer's output error (and Wanda's reported rel_error)")
     p.add_argument("--out", default=None, help="run store folder; given, the pruned model is saved there too")
     p.add_argument("--save-model", action="store_true", help="save the pruned checkpoint in the run folder")
+    p.add_argument("--stream", action="store_true",
+                   help="read a local checkpoint folder one decoder layer at a time and write the pruned one as shards "
+                        "(host memory: one layer, the activations and the embeddings; see docs/scale.md)")
     p.add_argument("--json", default=None, help="write the result object to this file")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     _task_args(p, "--task-limit", "zero-shot tasks scored on the dense (cached) and the pruned model")
@@ -206,7 +209,8 @@ def _prune(args: argparse.Namespace) -> int:
 
     if args.json:
         check_writable_file(args.json)  # now, not after the run
-    eval_data = None if args.eval.lower() == "none" else args.eval
+    eval_text = args.eval or ("none" if args.stream else "wiki")
+    eval_data = None if eval_text.lower() == "none" else eval_text
     sparsity = args.sparsity if args.sparsity is not None or args.quant is not None else "50%"
     compression = parse_compression(sparsity, args.quant, args.unit)  # parsed once, here at the edge
     # --out saves the model too, except a quantization whose states no checkpoint format holds (AWQ)
@@ -219,7 +223,7 @@ def _prune(args: argparse.Namespace) -> int:
         eval_seqlen=args.eval_seqlen, eval_windows=_windows(args.eval_windows), eval_dense=args.eval_dense,
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
         fused=args.fused, error_windows=args.error_windows, devices=args.devices, forward_dtype=args.forward_dtype,
-        dtype=args.dtype,
+        dtype=args.dtype, stream=args.stream,
         distributed=args.distributed, dist_timeout=args.dist_timeout,
         out_dir=args.out or "runs", save_model=save_model, encoding=args.encoding, threads=pick_threads(args.threads),
         tasks=tuple(parse_task_names(args.tasks)) if args.tasks is not None else (), task_limit=args.task_limit,

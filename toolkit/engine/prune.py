@@ -41,7 +41,7 @@ from toolkit.events import Event
 from toolkit.methods.base import MethodSpec, Scope, Stat
 from toolkit.models.layers import decoder_layers, get_weight, layer_linears
 from toolkit.runtime.devices import forward_dtype, resolve_device
-from toolkit.runtime.memory import keep_freed_memory
+from toolkit.runtime.memory import KEEP_FREED_MAX_LAYER_BYTES, keep_freed_memory
 from toolkit.runtime.placement import storage_dtype
 from toolkit.runtime.precision import DTYPE_NAMES, layer_precision
 from toolkit.spec.compression import Compression, as_compression
@@ -96,7 +96,9 @@ def prune_layers(  # noqa: PLR0913 - keyword-only sinks, each named for what it 
     :class:`NumericalError` on bad input; on any exception the journal is undone when
     ``cfg.restore_on_failure`` (shapes included).
     """
-    keep_freed_memory()
+    layers = decoder_layers(model)
+    if sum(p.numel() for p in layers[0].parameters()) * 4 <= KEEP_FREED_MAX_LAYER_BYTES:
+        keep_freed_memory()
     compression = as_compression(compression)
     journal = writeback if writeback is not None else WriteBack(enabled=cfg.restore_on_failure,
                                                                 budget_bytes=cfg.journal_budget_mb * 2**20)
@@ -109,7 +111,7 @@ def prune_layers(  # noqa: PLR0913 - keyword-only sinks, each named for what it 
         else:
             run = RunState(spec, compression, method_cfg, cfg, resolve_device(cfg.device), emit, cancelled, journal,
                            on_mask, on_quant)
-            _set_precision(run, model)
+            set_precision(run, decoder_layers(model))
             _prune_linears(run, model, windows)
             result = run.result
     except BaseException as exc:
@@ -125,9 +127,9 @@ def prune_layers(  # noqa: PLR0913 - keyword-only sinks, each named for what it 
     return result
 
 
-def _set_precision(run: RunState, model: nn.Module) -> None:
-    """The dtypes of the run: storage (the model's), layers on the device, autocast; recorded in the result."""
-    storage = storage_dtype(decoder_layers(model))
+def set_precision(run: RunState, layers: nn.Module) -> None:
+    """The dtypes of the run: storage (the decoder ``layers``'), layers on the device, autocast; in the result."""
+    storage = storage_dtype(layers)
     precision = layer_precision(storage, forward_dtype(run.cfg.forward_dtype, run.device, run.emit))
     run.forward_dtype, run.layer_dtype, run.storage_dtype = precision.autocast, precision.layer_dtype, storage
     run.timer = PhaseTimer(run.device)

@@ -101,7 +101,8 @@ def _report(run: RunState, solved: _Solved, stats: LinearStats) -> None:
         base = float(torch.linalg.vector_norm(W * keep))
         quant_error = float(torch.linalg.vector_norm((new - W) * keep)) / base if base > 0 else 0.0
         run.result.quant[(index, name)] = result.quant.spec
-    rel, rel_dense = reconstruction_errors(W, new, stats)
+    with run.timer.section("error"):
+        rel, rel_dense = reconstruction_errors(W, new, stats)
     event = SublayerPruned(
         layer=index, name=name, shape=list(W.shape), sparsity=1.0 - kept / numel,
         rel_error=rel, rel_error_dense=rel_dense, damping=result.damping, seconds=seconds,
@@ -117,11 +118,20 @@ def _report(run: RunState, solved: _Solved, stats: LinearStats) -> None:
 
 
 def reconstruction_errors(W: Tensor, W_new: Tensor, stats: LinearStats) -> tuple[float, float]:
-    """(‖ΔW X*‖/‖W X*‖, ‖W*X* − WX‖/‖WX‖) from the Gram matrices (nan without cross stats)."""
-    G = stats.gram
+    """(‖ΔW X*‖/‖W X*‖, ‖W*X* − WX‖/‖WX‖) from the Gram matrices (nan without cross stats).
+
+    ‖ΔW X*‖² = tr(ΔW G* ΔWᵀ); with a token sample S (SᵀS = G*) it is ‖S ΔWᵀ‖², O(T·in·out) instead of O(in²·out).
+    """
     dW = W_new - W
-    base = float(((W @ G) * W).sum())
-    rel = math.sqrt(max(float(((dW @ G) * dW).sum()), 0.0) / base) if base > 0 else 0.0
+    if stats.sample is not None:
+        S = stats.sample
+        base = float((S @ W.t()).square().sum())
+        change = float((S @ dW.t()).square().sum())
+    else:
+        G = stats.gram
+        base = float(((W @ G) * W).sum())
+        change = float(((dW @ G) * dW).sum())
+    rel = math.sqrt(max(change, 0.0) / base) if base > 0 else 0.0
     if stats.cross is None or stats.dense_gram is None:
         return rel, math.nan
     dense = float(((W @ stats.dense_gram) * W).sum())

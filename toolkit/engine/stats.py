@@ -30,10 +30,10 @@ class StopForward(Exception):
 class GroupStats:
     """Running sums of the Gram matrices of one group's input (see the module docstring).
 
-    ``gram_limit`` (tokens) is for methods that need only column norms (``Stat.COL_NORMS``): the
-    column norms then cover every token, while G* — used only to report the reconstruction
-    error — is summed over the first ``gram_limit`` tokens, which saves most of the
-    O(N · in²) Gram cost.
+    ``gram_limit`` (tokens) is for methods that need only column norms (``Stat.COL_NORMS``) or
+    nothing: the column norms then cover every token, while the reconstruction error is measured on
+    the inputs of the first ``gram_limit`` tokens, kept as a sample S (``LinearStats.sample``,
+    SᵀS = G*); no (in, in) Gram is built, which saves its O(N · in²) cost and its memory.
     """
 
     def __init__(self, width: int, device: torch.device, cross: bool, gram_limit: int | None = None) -> None:
@@ -42,10 +42,12 @@ class GroupStats:
         self.count = 0
         self.gram_count = 0
         self.gram_limit = gram_limit
-        self.gram = torch.zeros(width, width, dtype=SOLVER_DTYPE, device=device)
-        self.col_sq = torch.zeros(width, dtype=SOLVER_DTYPE, device=device) if gram_limit is not None else None
-        self.cross = torch.zeros_like(self.gram) if cross else None
-        self.dense_gram = torch.zeros_like(self.gram) if cross else None
+        sampled = gram_limit is not None
+        self.gram = torch.zeros(0 if sampled else width, 0 if sampled else width, dtype=SOLVER_DTYPE, device=device)
+        self.rows: list[Tensor] = []  # the sampled tokens' inputs (sampled statistics: no Gram is built)
+        self.col_sq = torch.zeros(width, dtype=SOLVER_DTYPE, device=device) if sampled else None
+        self.cross = torch.zeros(width, width, dtype=SOLVER_DTYPE, device=device) if cross else None
+        self.dense_gram = torch.zeros_like(self.cross) if self.cross is not None else None
 
     def add(self, x_pruned: Tensor, x_dense: Tensor | None = None) -> None:
         """Accumulate one batch: ``x_*`` are (..., in) activations of the same tokens (float32 sums, never autocast)."""
@@ -59,7 +61,10 @@ class GroupStats:
             assert self.col_sq is not None
             self.col_sq += torch.linalg.vector_norm(xp, dim=0).square()
             xp = xp[: max(self.gram_limit - self.gram_count, 0)]
-        add_gram_upper_(self.gram, xp)
+            if xp.shape[0]:
+                self.rows.append(xp.clone())
+        else:
+            add_gram_upper_(self.gram, xp)
         self.gram_count += xp.shape[0]
         if self.cross is not None:
             assert x_dense is not None and self.dense_gram is not None
@@ -73,15 +78,19 @@ class GroupStats:
             raise NumericalError(f"{where}: no calibration tokens reached this linear")
         scale = 1.0 / self.count
         sampled = self.gram_count < self.count
+        sample = torch.cat(self.rows).mul_(self.gram_count ** -0.5) if self.gram_limit is not None else None
+        self.rows = []
         stats = LinearStats(
-            gram=symmetrize(self.gram) / self.gram_count,
+            gram=self.gram if sample is not None else symmetrize_(self.gram).div_(self.gram_count),
+            sample=sample,
             count=self.count,
             cross=None if self.cross is None else self.cross * scale,
-            dense_gram=None if self.dense_gram is None else symmetrize(self.dense_gram) * scale,
+            dense_gram=None if self.dense_gram is None else symmetrize_(self.dense_gram).mul_(scale),
             col_sq=None if self.col_sq is None else self.col_sq * scale,
             gram_count=self.gram_count if sampled else None,
         )
-        finite = torch.isfinite(stats.gram).all() and (stats.col_sq is None or torch.isfinite(stats.col_sq).all())
+        finite = (torch.isfinite(stats.gram).all() and (stats.col_sq is None or torch.isfinite(stats.col_sq).all())
+                  and (stats.sample is None or torch.isfinite(stats.sample).all()))
         if not finite:
             raise NumericalError(
                 f"{where}: non-finite (NaN/Inf) activations in the calibration statistics; "
@@ -108,6 +117,12 @@ def add_gram_upper_(G: Tensor, x: Tensor, panel: int = GRAM_PANEL) -> None:
 def symmetrize(G: Tensor) -> Tensor:
     """The full symmetric matrix from its upper triangle."""
     return torch.triu(G) + torch.triu(G, 1).t()
+
+
+def symmetrize_(G: Tensor) -> Tensor:
+    """:func:`symmetrize` in place (one (in, in) temporary instead of three); returns ``G``."""
+    strict = torch.triu(G, 1)
+    return G.triu_().add_(strict.t())
 
 
 def _flat(x: Tensor) -> Tensor:

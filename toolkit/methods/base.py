@@ -9,6 +9,9 @@ Statistics (tokens are the calibration tokens, x ∈ R^in the input of the linea
 - ``cross``  C  = Σ x* xᵀ / N            (in, in)  pruned-path inputs against dense-layer inputs
 - ``dense_gram`` G = Σ x xᵀ / N          (in, in)  dense-layer inputs
 - ``col_sq_norms`` ‖X*_j‖² / N = diag(G*) (in,)
+- ``sample``  S (T, in) with SᵀS = G* over T sampled tokens: kept instead of G* when the method asked
+  for no Gram (``COL_NORMS`` or nothing), where G* serves only the reported error; ``gram`` is then
+  an empty (0, 0) tensor (an (in, in) Gram of a 11008-wide linear is 485 MB and O(T·in²) to build)
 All are means over the N = ``count`` tokens, so their scale does not depend on nsamples; multiply
 by ``count`` for the sums the papers write.
 """
@@ -41,7 +44,7 @@ class Stat(enum.Enum):
     """Statistics a method may ask the engine for."""
 
     GRAM = "gram"
-    COL_NORMS = "col_norms"  # only ‖X_j‖²/N; the engine then builds the Gram (for errors) from a sample
+    COL_NORMS = "col_norms"  # only ‖X_j‖²/N; the engine then keeps a sample of X* (for the errors), no Gram
     CROSS = "cross"
     DENSE_GRAM = "dense_gram"
 
@@ -56,6 +59,7 @@ class LinearStats:
     dense_gram: Tensor | None = None
     col_sq: Tensor | None = None  # ‖X_j‖²/N over all N tokens when ``gram`` is from a sample of them
     gram_count: int | None = None  # tokens behind ``gram`` when it is a sample (None: all ``count``)
+    sample: Tensor | None = None  # (T, in) rows with SᵀS = G* over T sampled tokens; ``gram`` is then (0, 0)
 
     @property
     def col_sq_norms(self) -> Tensor:

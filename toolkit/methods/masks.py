@@ -27,7 +27,13 @@ def drop_lowest(scores: Tensor, count: int) -> Tensor:
     drop = scores < threshold
     ties = scores == threshold
     need = count - drop.sum(-1, keepdim=True)
-    return drop | (ties & (torch.cumsum(ties, dim=-1) <= need))
+    mask = drop | ties  # exact where a row has no more ties at its threshold than it needs (the usual case)
+    width = scores.shape[-1]
+    rows = (ties.sum(-1, keepdim=True) > need).reshape(-1).nonzero().squeeze(-1)
+    if rows.numel():  # the left-most ties only, on the rows that have too many (a 64-bit cumsum of those rows)
+        flat, flat_ties = mask.view(-1, width), ties.reshape(-1, width)[rows]
+        flat[rows] = drop.reshape(-1, width)[rows] | (flat_ties & (flat_ties.cumsum(-1) <= need.reshape(-1, 1)[rows]))
+    return mask
 
 
 def keep_topk_per_row(scores: Tensor, prune_per_row: int) -> Tensor:

@@ -58,7 +58,7 @@ def _embedded_folder() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _config_dtype(path: Path) -> torch.dtype:
+def config_dtype(path: Path) -> torch.dtype:
     """The dtype a checkpoint folder's config.json says its weights are stored in (float32 when it says none)."""
     config = path / "config.json"
     data = json.loads(config.read_text()) if config.is_file() else {}
@@ -129,7 +129,7 @@ def _load_tiny(family: str, seed: int = 0, dtype: torch.dtype | None = None) -> 
 def _load_dir(path: Path, trust_remote_code: bool, dtype: torch.dtype | None) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dtype = dtype or _config_dtype(path)
+    dtype = dtype or config_dtype(path)
 
     packed = _compressed_tensors(path)
     extra: dict[str, Any] = {}

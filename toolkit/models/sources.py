@@ -14,6 +14,7 @@ import json
 import os
 import re
 import socket
+import struct
 from pathlib import Path
 
 from toolkit.errors import ToolkitError
@@ -116,7 +117,119 @@ def _check_checkpoint_folder(path: Path) -> None:
                                f"safetensors are loaded (a pickle can run code): {CONVERT}")
         raise ToolkitError(f"model folder {where!r} has no *.safetensors weights; save the model with "
                            "save_pretrained (safetensors is the default)")
+    if not is_shrunk(path):
+        check_shards(path)  # every shard there, every decoder layer with tensors: named before any weight loads
     if not files & set(TOKENIZER_FILES):
         raise ToolkitError(f"model folder {where!r} has no tokenizer (tokenizer.json, tokenizer.model or vocab.json); "
                            "copy the tokenizer files from the original model, or save them with "
                            "tokenizer.save_pretrained(folder)")
+
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+SAFETENSORS_SINGLE = "model.safetensors"
+_LAYER_KEY = re.compile(r"^((?:[^.]+\.)*?)(\d+)\.")  # the first numeric component: "model.layers." + "3" + "."
+_HEADER_LIMIT = 100 * 2**20  # a safetensors JSON header is kilobytes to a few megabytes
+
+
+def check_shards(folder: str | Path) -> dict[str, str]:
+    """Check that a safetensors checkpoint folder holds every shard and every decoder layer; return its weight map.
+
+    Reads ``model.safetensors.index.json`` (every listed shard must exist and its header must hold
+    the tensors the index assigns to it) or the single ``model.safetensors`` header (8-byte
+    little-endian length, then JSON), torch-free and without reading any weights. When config.json
+    gives the number of decoder layers (``num_hidden_layers``, ``n_layer`` or ``num_layers``), every
+    layer index below it must have at least one tensor under the layer-key prefix (``model.layers.``).
+
+    Returns tensor name → shard file name (relative to ``folder``). Raises one-line
+    :class:`ToolkitError` naming the missing shard, tensor or first decoder layer without tensors.
+    """
+    folder = Path(folder)
+    index = folder / SAFETENSORS_INDEX
+    if index.is_file():
+        weight_map = _index_weight_map(index)
+        headers: dict[str, set[str]] = {}
+        for shard in sorted(set(weight_map.values())):
+            if not (folder / shard).is_file():
+                raise ToolkitError(f"shard {shard} listed in {index} does not exist; the checkpoint is incomplete: "
+                                   f"download {shard} again")
+            headers[shard] = _tensor_names(folder / shard)
+        for name, shard in weight_map.items():
+            if name not in headers[shard]:
+                raise ToolkitError(f"{index} puts tensor {name} in {shard}, but that shard does not hold it; the shard "
+                                   "is incomplete or from another download: download it again")
+    elif (folder / SAFETENSORS_SINGLE).is_file():
+        weight_map = dict.fromkeys(_tensor_names(folder / SAFETENSORS_SINGLE), SAFETENSORS_SINGLE)
+    else:
+        raise ToolkitError(f"model folder {str(folder)!r} has neither {SAFETENSORS_SINGLE} nor {SAFETENSORS_INDEX}; "
+                           "save the model with save_pretrained (safetensors is the default)")
+    _check_layers(weight_map, _num_layers(folder / "config.json"), folder)
+    return weight_map
+
+
+def _index_weight_map(index: Path) -> dict[str, str]:
+    """The ``weight_map`` of a safetensors index file (tensor name → shard file)."""
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ToolkitError(f"{index} is not readable JSON ({exc}); download it again") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ToolkitError(f"{index} has no weight_map of tensor names to shard files; download it again")
+    return {str(name): shard for name, shard in weight_map.items()}
+
+
+def _tensor_names(path: Path) -> set[str]:
+    """The tensor names in a safetensors file's header (no weights are read)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+            length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+            if not 0 < length <= min(_HEADER_LIMIT, path.stat().st_size - 8):
+                raise ValueError("bad header length")
+            header = json.loads(handle.read(length))
+    except OSError as exc:
+        raise ToolkitError(f"cannot read {str(path)!r} ({exc.strerror}); check its permissions") from None
+    except ValueError:
+        raise ToolkitError(f"{str(path)!r} is not a safetensors file (its header is unreadable); the file is "
+                           "truncated or corrupt: download it again") from None
+    if not isinstance(header, dict):
+        raise ToolkitError(f"{str(path)!r} is not a safetensors file (its header is not a JSON object)")
+    return {name for name in header if name != "__metadata__"}
+
+
+def _num_layers(config: Path) -> int | None:
+    """The number of decoder layers config.json gives at its top level (None when it gives none)."""
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+        if isinstance(data.get(key), int) and not isinstance(data.get(key), bool):
+            return int(data[key])
+    return None
+
+
+def _check_layers(weight_map: dict[str, str], num_layers: int | None, folder: Path) -> None:
+    """Raise naming the first decoder layer below ``num_layers`` that has no tensor in ``weight_map``.
+
+    The layer-key prefix is the one (before the first numeric key component) holding the most distinct
+    indices, all below ``num_layers``; nothing is checked when no prefix qualifies (unusual key names).
+    """
+    if not num_layers:
+        return
+    indices: dict[str, set[int]] = {}
+    for name in weight_map:
+        match = _LAYER_KEY.match(name)
+        if match:
+            indices.setdefault(match.group(1), set()).add(int(match.group(2)))
+    fitting = {prefix: found for prefix, found in indices.items() if max(found) < num_layers}
+    if not fitting:
+        return
+    prefix = max(fitting, key=lambda p: (len(fitting[p]), "layers" in p))
+    for layer in range(num_layers):
+        if layer not in fitting[prefix]:
+            raise ToolkitError(f"decoder layer {layer} has no tensors ({prefix}{layer}.*) in the safetensors of "
+                               f"{str(folder)!r}, which config.json says has {num_layers} layers; the checkpoint is "
+                               "incomplete: download its shards again")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from toolkit.data.text import check_text_source
@@ -60,6 +61,7 @@ class RunConfig:
     dist_timeout: float = 1800.0  # seconds a rank waits for another before the run fails (--distributed)
     out_dir: str = "runs"
     save_model: bool = False
+    stream: bool = False  # layers read one at a time from the checkpoint's shards, the result written as shards
     tasks: tuple[str, ...] = ()  # zero-shot tasks (lm-eval, 0 shots) scored dense and pruned; () = none
     task_limit: int | None = None  # the first N examples of each task; None = all
     task_data: str = AUTO  # auto | local | hub (see toolkit.evaluation.tasks.resolve_tasks)
@@ -98,6 +100,7 @@ class RunConfig:
         if self.forward_dtype not in FORWARD_DTYPES:
             raise ToolkitError(f"forward-dtype must be one of {', '.join(FORWARD_DTYPES)}, got {self.forward_dtype!r}")
         self._check_distributed(spec, several)
+        self._check_stream(spec)
         if self.eval_windows is not None and self.eval_windows < 1:
             raise ToolkitError("eval-windows must be ≥ 1 (leave it out for all windows)")
         self._check_tasks()
@@ -111,6 +114,25 @@ class RunConfig:
         check_limit(self.task_limit, "--task-limit")
         if self.task_data not in SOURCES:
             raise ToolkitError(f"unknown task data source {self.task_data!r}: use one of {', '.join(SOURCES)}")
+
+    def _check_stream(self, spec: Any) -> None:
+        """--stream: a local checkpoint folder, a linear-scope method, no quantization, nothing evaluated."""
+        if not self.stream:
+            return
+        if self.model.endswith(".gguf") or not Path(self.model).expanduser().is_dir():
+            raise ToolkitError(f"--stream reads the weights layer by layer from a local safetensors checkpoint folder; "
+                               f"{self.model!r} is not one (save it with save_pretrained, or drop --stream)")
+        if spec.scope.value != "linear":
+            raise ToolkitError(f"--stream runs linear-scope methods; {spec.name} changes the layers' shapes: "
+                               "drop --stream")
+        if self.quant is not None:
+            raise ToolkitError("--stream writes a dense checkpoint; quantize in memory (drop --stream)")
+        if self.distributed:
+            raise ToolkitError("--stream and --distributed exclude each other")
+        if self.eval_data or self.tasks or self.generate or self.eval_dense:
+            raise ToolkitError("--stream never holds the whole model, so it evaluates nothing: give --eval none, then "
+                               "evaluate the saved checkpoint with `python -m toolkit eval --model RUN_DIR/model`")
+        object.__setattr__(self, "save_model", True)  # the streamed layers exist only in the written checkpoint
 
     def _check_distributed(self, spec: Any, several_devices: bool) -> None:
         if not self.distributed:
@@ -152,7 +174,7 @@ class RunConfig:
         data = self.to_dict()
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
                          "devices", "compression", "schema", "generate", "threads", "distributed",
-                         "dist_timeout"):
+                         "dist_timeout", "stream"):
             data.pop(volatile)
         if not self.tasks:
             for name in ("tasks", "task_limit", "task_data"):

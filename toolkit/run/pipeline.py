@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,9 +13,9 @@ import torch
 from toolkit.data.text import CalibSpec, calibration_windows, eval_windows, load_tokens
 from toolkit.engine.block.driver import check_block_budget
 from toolkit.engine.device_report import devices_label, gpu_peak_mb, reset_gpu_peak, used_devices
-from toolkit.engine.phases import phase_totals
 from toolkit.engine.prune import check_targets, prune_layers
-from toolkit.engine.state import EngineConfig, EngineResult
+from toolkit.engine.state import EngineConfig
+from toolkit.engine.stream import check_streamable, prune_streaming
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.evaluation.perplexity import perplexity
 from toolkit.evaluation.tasks import TaskSpec, resolve_tasks
@@ -30,7 +29,8 @@ from toolkit.models.load import BOS_FAMILIES, LoadedModel, load_model
 from toolkit.models.quant_checkpoint import StateCollector, check_savable, save_run_checkpoint
 from toolkit.models.save import save_checkpoint
 from toolkit.models.shrunk import save_shrunk
-from toolkit.run.accounting import Accounting, account, folder_bytes, linear_shapes
+from toolkit.models.stream import StreamedModel, open_streamed
+from toolkit.run.accounting import account, folder_bytes, linear_shapes
 from toolkit.run.checks import check_context
 from toolkit.run.config import CancelToken, RunConfig
 from toolkit.run.evals import (
@@ -42,11 +42,12 @@ from toolkit.run.evals import (
     zero_shot_entry,
 )
 from toolkit.run.preflight import check_writable_dir
-from toolkit.run.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl, versions
+from toolkit.run.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl
+from toolkit.run.record import result_record
 from toolkit.runtime.devices import resolve_device
 from toolkit.runtime.placement import storage_dtype
 from toolkit.runtime.precision import DTYPE_NAMES
-from toolkit.store.runs import SCHEMA, RunWriter, StoredQuant
+from toolkit.store.runs import RunWriter, StoredQuant
 
 Progress = Callable[[str, int, int], None]
 
@@ -70,6 +71,7 @@ class Prepared:
     test: torch.Tensor | None
     protocol: dict[str, Any]
     tasks: tuple[TaskSpec, ...] = ()
+    streamed: StreamedModel | None = None  # --stream: layers on meta, read from the shards one at a time
 
 
 def execute(config: RunConfig, emit: Callable[[Event], None], cancel: CancelToken,
@@ -135,7 +137,8 @@ def prepare(config: RunConfig) -> Prepared:
     tasks = resolve_tasks(config.tasks, config.task_data) if config.tasks else ()  # before the model loads
     if config.threads:
         torch.set_num_threads(config.threads)
-    loaded = load_model(config.model, dtype=config.dtype)
+    streamed = open_streamed(config.model, dtype=config.dtype) if config.stream else None
+    loaded = streamed.loaded if streamed is not None else load_model(config.model, dtype=config.dtype)
     check_context(loaded, config.seqlen, config.eval_seqlen if config.eval_data else None)
     if tasks:
         check_task_tokens(loaded.model, loaded.codec, tasks)
@@ -164,7 +167,9 @@ def prepare(config: RunConfig) -> Prepared:
     if tasks:
         protocol["zero_shot"] = {"tasks": [t.name for t in tasks], "source": tasks[0].source, "shots": 0,
                                  "limit": config.task_limit, "splits": {t.name: t.split for t in tasks}}
-    return Prepared(spec, method_cfg, engine_cfg, device, loaded, linears, calibration, test, protocol, tasks)
+    if streamed is not None:
+        check_streamable(spec, engine_cfg)
+    return Prepared(spec, method_cfg, engine_cfg, device, loaded, linears, calibration, test, protocol, tasks, streamed)
 
 
 def engine_config(config: RunConfig) -> EngineConfig:
@@ -207,9 +212,14 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
         if collected is not None:
             collected.quant(layer, name, state)
 
-    result = prune_layers(model, run.calibration, run.spec, config.compression, run.method_cfg,
-                          cfg=run.engine_cfg, emit=record, cancelled=ticks.cancelled,
-                          on_mask=on_mask, on_quant=on_quant, on_structure=writer.structure)
+    if run.streamed is not None:  # read, pruned and written layer by layer: the checkpoint is the result
+        result = prune_streaming(run.streamed, writer.path / "model", run.calibration, run.spec, config.compression,
+                                 run.method_cfg, cfg=run.engine_cfg, emit=record, cancelled=ticks.cancelled,
+                                 on_mask=on_mask, on_quant=on_quant)
+    else:
+        result = prune_layers(model, run.calibration, run.spec, config.compression, run.method_cfg,
+                              cfg=run.engine_cfg, emit=record, cancelled=ticks.cancelled,
+                              on_mask=on_mask, on_quant=on_quant, on_structure=writer.structure)
     stage.name, stage.compressed = "saving the checkpoint", True
     peak = gpu_peak_mb(devices, result.remote_gpu_peak_mb)  # the compression's peak (evaluations not counted)
     accounting = account(model, before, result.kept, result.quant)
@@ -217,7 +227,7 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
     if checkpoint is not None:
         accounting = dataclasses.replace(accounting, checkpoint_bytes=int(checkpoint["bytes"]))
     ppl: dict[str, float] = {}  # the summary holds this dict: filled below, after result.json was written
-    summary = _result(config, run, result, accounting, ppl, dense_ppl)
+    summary = result_record(config, run, result, accounting, ppl, dense_ppl)
     summary.update(dense_ppl_cached=dense_cached, run_id=writer.run_id, run_dir=str(writer.path), checkpoint=checkpoint,
                    gpu_peak_mb=peak,
                    devices=devices_label(run.device, run.engine_cfg, config.propagate or run.spec.propagate))
@@ -255,6 +265,9 @@ def _save(config: RunConfig, run: Prepared, writer: RunWriter,
     if not config.save_model:
         return None
     model, codec, folder = run.loaded.model, run.loaded.codec, writer.path / "model"
+    if run.streamed is not None:  # written by the streamed run, layer by layer
+        return {"folder": str(folder), "format": "dense", "bytes": folder_bytes(folder),
+                "dtype": DTYPE_NAMES.get(storage_dtype(model), str(storage_dtype(model)))}
     if collected is not None:
         return save_run_checkpoint(model, codec, folder, collected)
     save = save_shrunk if run.spec.scope is Scope.BLOCK else save_checkpoint  # per-layer shapes need their file
@@ -349,40 +362,3 @@ def _dense_eval(config: RunConfig, run: Prepared, record: Callable[[Event], None
     record(EvalPoint(dataset=dataset, which="dense", ppl=value, seq_len=config.eval_seqlen,
                      windows=int(test.shape[0]), tokens=int(test.numel()), cached=cached))
     return {dataset: value}, [dataset] if cached else []
-
-
-LAYER_FIELDS = ("layer", "name", "shape", "sparsity", "rel_error", "rel_error_dense", "seconds", "bits",
-                "quant_rel_error", "params_before", "params_after")
-
-
-def _result(config: RunConfig, run: Prepared, result: EngineResult, accounting: Accounting, ppl: dict,
-            dense_ppl: dict) -> dict[str, Any]:
-    """The result dict (result.json, the CLI's --json): what was asked, what happened, provenance."""
-    engine = dataclasses.asdict(run.engine_cfg)
-    engine.update(propagate=config.propagate or run.spec.propagate,
-                  sequential=config.sequential or run.spec.sequential)
-    return {
-        "schema": SCHEMA,
-        "model": config.model,
-        "method": run.spec.name,
-        "options": dataclasses.asdict(run.method_cfg),
-        "sparsity": None if config.sparsity is None else str(config.sparsity),
-        "quant": None if config.quant is None else config.quant.label,
-        "unit": None if config.unit is None else config.unit.value,
-        "compression": config.compression.to_dict(),
-        "achieved_sparsity": accounting.sparsity,
-        "accounting": accounting.to_dict(),
-        "ppl": ppl,
-        "dense_ppl": dense_ppl,
-        "prune_seconds": result.seconds,
-        "phases": phase_totals(result.phases),
-        "phase_layers": result.phases,
-        "precision": result.precision | {"saved": DTYPE_NAMES.get(storage_dtype(run.loaded.model), "")},
-        "peak_rss_mb": peak_rss_mb(),
-        "device": str(run.device),
-        "protocol": run.protocol,
-        "engine": engine,
-        "layers": [{key: record.get(key) for key in LAYER_FIELDS} for record in result.layers],
-        "versions": versions(),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }

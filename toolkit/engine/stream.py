@@ -1,0 +1,133 @@
+"""Prune a checkpoint larger than host memory: decoder layers streamed from its shards, written to new ones.
+
+The linear-scope driver of :func:`toolkit.engine.prune.prune_layers`, with one difference: the model
+comes from :func:`toolkit.models.stream.open_streamed` (decoder layers on the meta device), so each
+layer is loaded from the source shards before it is pruned, written to its own shard of the output
+by :class:`toolkit.models.stream.ShardWriter` as soon as it is done, and released. Host memory is one
+layer plus the activations plus the embeddings. Everything else — layer 0's capture, the groups,
+the statistics, the solves, the propagation, the events — is :func:`toolkit.engine.linear.prune_layer`,
+so the keep-masks and weights equal the in-memory path's on the same checkpoint.
+
+The source checkpoint is never written, so no undo journal is kept (``WriteBack(enabled=False)``);
+on any failure or cancel the output's ``.partial`` folder is removed. Loading, releasing and writing
+layers is charged to the ``copies`` phase.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from toolkit.engine.capture import capture_layer_inputs
+from toolkit.engine.linear import on_device, prune_layer, use_fused
+from toolkit.engine.options import DEVICES_AUTO
+from toolkit.engine.prune import check_targets, set_precision
+from toolkit.engine.state import EngineConfig, EngineResult, MaskSink, QuantSink, RunState, ignore
+from toolkit.engine.writeback import WriteBack
+from toolkit.errors import ToolkitError
+from toolkit.events import Event
+from toolkit.methods.base import MethodSpec, Scope, Stat
+from toolkit.models.stream import ShardWriter, StreamedModel
+from toolkit.runtime.devices import resolve_device
+from toolkit.spec.compression import Compression, as_compression
+from toolkit.spec.targets import Target
+
+__all__ = ["check_streamable", "prune_streaming"]
+
+
+def check_streamable(spec: MethodSpec, cfg: EngineConfig) -> None:
+    """Raise a one-line :class:`ToolkitError` for what streaming cannot do: block scope, distributed, many devices."""
+    if spec.scope is Scope.BLOCK:
+        raise ToolkitError(f"{spec.name} is a block-scope method (it removes heads and channels across layers); "
+                           "streaming runs linear-scope methods only: prune this model in memory, or pick a "
+                           "linear-scope method")
+    if cfg.distributed:
+        raise ToolkitError("streaming runs in one process: drop --distributed (or stream without it)")
+    names = [name for name in cfg.devices.split(",") if name.strip()]
+    if cfg.devices != DEVICES_AUTO and len(names) > 1:
+        raise ToolkitError(f"streaming prunes one layer at a time on one device; --devices {cfg.devices} names "
+                           f"{len(names)}: give one device (--device) or leave --devices at auto")
+
+
+def prune_streaming(  # noqa: PLR0913 - the entry mirrors prune_layers (keyword-only sinks)
+    streamed: StreamedModel,
+    out_folder: str | Path,
+    windows: Tensor,
+    spec: MethodSpec,
+    compression: Compression | Target,
+    method_cfg: object,
+    *,
+    cfg: EngineConfig,
+    emit: Callable[[Event], None],
+    cancelled: Callable[[], bool] = lambda: False,
+    on_mask: MaskSink = ignore,
+    on_quant: QuantSink = ignore,
+) -> EngineResult:
+    """Compress every decoder layer of ``streamed`` on calibration ``windows`` (num, seq) into ``out_folder``.
+
+    Checks first, writing nothing: the method and engine options stream (:func:`check_streamable`),
+    the method meets ``compression`` on every linear (shapes read on meta), ``out_folder`` is new or
+    empty (:class:`ShardWriter`). Then layer 0's inputs are captured with the layers on meta, and each
+    layer in turn is loaded, pruned as :func:`toolkit.engine.prune.prune_layers` prunes it
+    (``on_mask`` / ``on_quant`` receive each linear's results), written and released. ``out_folder``
+    then holds a checkpoint in the source's storage dtype that :func:`toolkit.models.load.load_model`
+    and ``AutoModelForCausalLM.from_pretrained`` load.
+
+    Raises :class:`RunCancelled` when ``cancelled()`` turns true, :class:`ToolkitError` /
+    :class:`NumericalError` on bad input; on any exception ``<out_folder>.partial`` is removed and
+    nothing is left at ``out_folder``. The source checkpoint is only read. ``streamed`` ends with
+    every decoder layer back on meta.
+    """
+    check_streamable(spec, cfg)  # the heap is left as glibc keeps it: streamed layers are large (runtime/memory.py)
+    compression = as_compression(compression)
+    check_targets(streamed.loaded.model, spec, compression)
+    writer = ShardWriter(out_folder)
+    start = time.perf_counter()
+    run = RunState(spec, compression, method_cfg, cfg, resolve_device(cfg.device), emit, cancelled,
+                   WriteBack(enabled=False), on_mask, on_quant)
+    try:
+        set_precision(run, streamed.layers)
+        _stream_layers(run, streamed, writer, windows)
+        writer.finish(streamed.loaded.model.config, streamed.loaded.codec, copy_from=streamed.folder)
+    except BaseException as exc:
+        writer.abort()
+        if isinstance(exc, torch.OutOfMemoryError):
+            raise ToolkitError(f"out of memory in layer {run.layer} on {run.device}; nothing was written and the "
+                               "source is untouched: lower --nsamples, --seqlen or --batch-size, or use "
+                               "--device cpu") from None
+        raise
+    run.result.seconds = time.perf_counter() - start
+    return run.result
+
+
+def _stream_layers(run: RunState, streamed: StreamedModel, writer: ShardWriter, windows: Tensor) -> None:
+    """Capture layer 0's inputs (layers on meta), write the rest, then load, prune, write, release each layer."""
+    model, layers = streamed.loaded.model, streamed.layers
+    run.fused = use_fused(run, model, layers[0], windows)
+    if not ({Stat.GRAM, Stat.CROSS, Stat.DENSE_GRAM} & run.spec.needs):
+        run.gram_limit = min(run.cfg.error_windows, windows.shape[0]) * windows.shape[1]
+    with torch.no_grad():
+        batch = windows.shape[0] if run.fused else run.cfg.batch_size
+        with run.timer.section("capture"):
+            inputs = capture_layer_inputs(model, layers, windows, run.device, batch, run.layer_dtype)
+        with run.timer.section("copies"):
+            writer.write_rest(streamed.rest_tensors())
+        run.result.phases.append(run.timer.layer_done(-1))
+        groups: list[list[str]] | None = None
+        for index, layer in enumerate(layers):
+            run.check_cancel()
+            with run.timer.section("copies"):
+                streamed.load_layer(index, layer)
+            try:
+                with on_device(run, layer):
+                    groups, inputs = prune_layer(run, index, len(layers), layer, inputs, groups)
+                with run.timer.section("copies"):
+                    writer.write_layer(index, streamed.layer_tensors(index, layer))
+            finally:
+                with run.timer.section("copies"):
+                    streamed.release_layer(index, layer)
+            run.result.phases.append(run.timer.layer_done(index))
