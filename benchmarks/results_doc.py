@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.results_read import RESULTS, ROOT, Lines, commits, protocol_lines, records_of, rel, stamps
+from benchmarks.results_read import RESULTS, ROOT, Lines, Section, commits, protocol_lines, records_of, rel, stamps
 from benchmarks.results_render import (
     render_app_load,
     render_awp_40w,
@@ -37,23 +35,13 @@ from benchmarks.results_render import (
     render_structured_speed,
     render_zeroshot,
 )
+from benchmarks.results_scale import SCALE_SECTIONS
 
 PAGE = ROOT / "docs" / "results.md"
 COMMAND = "python -m benchmarks.results_doc"
 
 
 # ---------------------------------------------------------------- the page
-
-
-@dataclass(frozen=True)
-class Section:
-    """One table family: its raw files (globs under ``benchmarks/results/``), prose, commands and renderer."""
-
-    title: str
-    patterns: tuple[str, ...]
-    render: Callable[[list[Path]], Lines]
-    protocol: str
-    command: str = ""
 
 
 SECTIONS = [
@@ -292,6 +280,7 @@ python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four run
         "python -m benchmarks.dashboard_screens --model smollm2-135m --cold-dense "
         "--out benchmarks/results/dashboard_smollm2.json",
     ),
+    *SCALE_SECTIONS,
     Section(
         "Weight digests: did a change move any pruned weight?",
         ("digest_*.jsonl",),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,19 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 Record = dict[str, Any]
 Lines = list[str]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One table family: its raw files (globs under ``benchmarks/results/``), prose, commands and renderer."""
+
+    title: str
+    patterns: tuple[str, ...]
+    render: Callable[[list[Path]], Lines]
+    protocol: str
+    command: str = ""
+
+
 STAMP = re.compile(r"(?<![\d.])(20\d\d)(\d\d)(\d\d)-(\d\d)(\d\d)(\d\d)-")
 
 

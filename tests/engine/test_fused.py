@@ -92,7 +92,8 @@ def test_upper_panel_gram_equals_xtx() -> None:
     torch.testing.assert_close(symmetrize(G), x.T @ x + x[:7].T @ x[:7])
 
 
-def test_group_stats_sampled_gram_keeps_full_column_norms() -> None:
+def test_group_stats_sampled_statistics_keep_full_column_norms_and_a_token_sample() -> None:
+    """Sampled statistics: column norms over every token, no Gram built, a sample S with SᵀS = the sampled Gram."""
     x = torch.randn(2, 50, 8)
     acc = GroupStats(8, torch.device("cpu"), cross=False, gram_limit=30)
     acc.add(x[0])
@@ -100,8 +101,21 @@ def test_group_stats_sampled_gram_keeps_full_column_norms() -> None:
     stats = acc.finish("test")
     flat = x.reshape(-1, 8)
     torch.testing.assert_close(stats.col_sq_norms, flat.pow(2).mean(0))
-    torch.testing.assert_close(stats.gram, flat[:30].T @ flat[:30] / 30)
+    assert stats.gram.shape == (0, 0) and stats.sample is not None and stats.sample.shape == (30, 8)
+    torch.testing.assert_close(stats.sample.T @ stats.sample, flat[:30].T @ flat[:30] / 30)
     assert stats.count == 100 and stats.gram_count == 30
+
+
+def test_reconstruction_error_from_a_sample_equals_the_gram_formula() -> None:
+    from toolkit.engine.solve import reconstruction_errors
+    from toolkit.methods.base import LinearStats
+
+    x, W = torch.randn(40, 8), torch.randn(5, 8)
+    W_new = W * (torch.rand_like(W) > 0.5)
+    gram = LinearStats(gram=x.T @ x / 40, count=40)
+    sample = LinearStats(gram=torch.zeros(0, 0), count=40, sample=x / 40**0.5)
+    assert reconstruction_errors(W, W_new, sample)[0] == pytest.approx(reconstruction_errors(W, W_new, gram)[0],
+                                                                        rel=1e-5)
     with pytest.raises(ValueError):
         GroupStats(8, torch.device("cpu"), cross=True, gram_limit=30)
 

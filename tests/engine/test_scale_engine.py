@@ -155,3 +155,13 @@ def test_out_of_memory_names_the_layer_and_the_memory_and_restores() -> None:
         prune_layers(model, _windows(), _out_of_memory(1), Unstructured(0.5), get_method("magnitude").make_config(),
                      cfg=EngineConfig(batch_size=2, device="cpu"), emit=lambda e: None)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_devices_naming_a_missing_gpu_are_refused_before_the_run_is_recorded(tmp_path) -> None:
+    from toolkit.api import RunConfig, prune_model
+
+    config = RunConfig(model="tiny-llama", devices="cpu,cuda:7", propagate="dense", eval_data=None, nsamples=2,
+                       seqlen=32, out_dir=str(tmp_path / "runs"))
+    with pytest.raises(ToolkitError, match=r"--devices cpu,cuda:7: 'cuda:7' (was asked for|does not exist)"):
+        prune_model(config)
+    assert not list((tmp_path / "runs").glob("*"))

@@ -50,7 +50,12 @@ def resolve_devices(spec: str, main: torch.device, propagate: str,
     names = [name.strip() for name in spec.split(",") if name.strip()]
     if not names:
         raise ToolkitError("devices is empty; give a comma list such as cuda:0,cuda:1 or leave it at auto")
-    devices = [check(name) for name in names]
+    devices = []
+    for name in names:
+        try:
+            devices.append(check(name))
+        except ToolkitError as exc:
+            raise ToolkitError(f"--devices {spec}: {exc}") from None
     if len(devices) > 1 and propagate != "dense":
         raise ToolkitError("parallel layer pruning needs dense inputs (--propagate dense): with pruned "
                            "propagation each layer waits for the previous one; or give a single device")

@@ -50,7 +50,7 @@ class EngineConfig:
     devices: str = DEVICES_AUTO  # layers pruned concurrently on these (needs propagate=dense); see parallel.py
     forward_dtype: str = "auto"  # "auto" | "fp32" | "bf16": the layers' passes (auto: bf16 on GPUs; stats float32)
     distributed: bool = False  # layers solved on the ranks of torch.distributed (see dist_engine.py)
-    journal_budget_mb: int = 1024  # backups of the undo journal kept in memory; beyond, on disk (writeback.py)
+    journal_budget_mb: int = 512  # backups of the undo journal kept in memory; beyond, on disk (writeback.py)
 
     def __post_init__(self) -> None:
         if self.propagate is not None and self.propagate not in PROPAGATE:

@@ -117,12 +117,12 @@ def _check_checkpoint_folder(path: Path) -> None:
                                f"safetensors are loaded (a pickle can run code): {CONVERT}")
         raise ToolkitError(f"model folder {where!r} has no *.safetensors weights; save the model with "
                            "save_pretrained (safetensors is the default)")
-    if not is_shrunk(path):
-        check_shards(path)  # every shard there, every decoder layer with tensors: named before any weight loads
     if not files & set(TOKENIZER_FILES):
         raise ToolkitError(f"model folder {where!r} has no tokenizer (tokenizer.json, tokenizer.model or vocab.json); "
                            "copy the tokenizer files from the original model, or save them with "
                            "tokenizer.save_pretrained(folder)")
+    if not is_shrunk(path):
+        check_shards(path)  # every shard there, every decoder layer with tensors: named before any weight loads
 
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"

@@ -13,6 +13,7 @@ import torch
 from toolkit.data.text import CalibSpec, calibration_windows, eval_windows, load_tokens
 from toolkit.engine.block.driver import check_block_budget
 from toolkit.engine.device_report import devices_label, gpu_peak_mb, reset_gpu_peak, used_devices
+from toolkit.engine.parallel import resolve_devices
 from toolkit.engine.prune import check_targets, prune_layers
 from toolkit.engine.state import EngineConfig
 from toolkit.engine.stream import check_streamable, prune_streaming
@@ -134,6 +135,7 @@ def prepare(config: RunConfig) -> Prepared:
     method_cfg = spec.make_config(config.options)
     engine_cfg = engine_config(config)
     device = resolve_device(config.device)
+    resolve_devices(config.devices, device, config.propagate or spec.propagate, resolve_device)  # before any work
     tasks = resolve_tasks(config.tasks, config.task_data) if config.tasks else ()  # before the model loads
     if config.threads:
         torch.set_num_threads(config.threads)

@@ -16,11 +16,15 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ToolkitError("--device cuda was asked for but no CUDA device is available; use --device cpu")
+        raise ToolkitError(f"{name!r} was asked for but no CUDA device is available here; use --device cpu")
     try:
         device = torch.device(name)
     except RuntimeError:
         raise ToolkitError(f"unknown device {name!r}; use auto, cpu or cuda") from None
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ToolkitError(f"device {name!r} does not exist: this machine has {count} CUDA device"
+                           f"{'s' if count != 1 else ''} (cuda:0 to cuda:{count - 1})")
     if device.type != "cpu":
         try:  # torch.device("mps") parses on any build; only an allocation tells whether it is usable
             torch.empty(1, device=device)

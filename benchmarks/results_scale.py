@@ -1,0 +1,120 @@
+"""The "Scale" tables of ``docs/results.md``: real-shaped models (``bench_scale.py``) and the model's own dtype.
+
+Records of ``bench_scale.py`` (``"benchmark": "scale"``) give one row each: in memory or streamed, the
+host RSS peak over the model's bfloat16 weights, the saved checkpoint; then seconds per phase per layer
+and their ratio to the matmul floor. Records with ``"benchmark": "scale_before"`` are the same runs on
+the commit before the change (the CLI's result, float32 load), for the before/after comparison.
+``"benchmark": "prune"`` records (``bench_prune.py --dtype``) give the embedded model's perplexity per
+method and storage dtype.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.results_read import Lines, Record, Section, num, records_of, table_lines
+
+PHASES = ("capture", "copies", "statistics", "solve", "writeback", "propagation", "error")
+MIB = 2**20
+
+
+def _variant(record: Record) -> str:
+    if record["benchmark"] == "scale_before":
+        return f"before (`{record['commit']}`, float32 load)"
+    return "streamed (`--stream`)" if record.get("stream") else "in memory"
+
+
+def _run(record: Record) -> str:
+    return (f"{record['method']} {record.get('sparsity', '50%')}, {record['shape']} × {record['layers']} layers, "
+            f"{record['nsamples']} × {record['seqlen']}, {record['device']}")
+
+
+def _memory_rows(records: list[Record]) -> list[list[str]]:
+    rows = []
+    for r in records:
+        layers = max(int(r["layers"]), 1)
+        checkpoint = r.get("checkpoint_bytes")
+        dtypes = ", ".join(r.get("checkpoint_dtypes") or [])
+        rows.append([_run(r), _variant(r), num(float(r["prune_seconds"]), 1),
+                     num(float(r["prune_seconds"]) / layers, 1), f"{r['rss_peak_mib']:.0f}",
+                     num(r["rss_peak_mib"] * MIB / r["bf16_weight_bytes"], 2),
+                     "" if checkpoint is None else f"{checkpoint / MIB:.0f} ({dtypes})"])
+    return rows
+
+
+def _phase_rows(records: list[Record]) -> list[list[str]]:
+    rows = []
+    for r in records:
+        phases, floor = r.get("phases") or {}, r.get("floor_seconds_per_layer")
+        if not phases or r["benchmark"] != "scale":
+            continue
+        layers = max(int(r["layers"]), 1)
+        cells = [num(phases.get(p, 0.0) / layers, 2) for p in PHASES]
+        passes = sum(phases.get(p, 0.0) for p in ("statistics", "propagation", "error")) / layers
+        ratio = f"{passes / floor:.1f} / {float(r['prune_seconds']) / layers / floor:.1f}" if floor else ""
+        rows.append([_run(r), _variant(r), *cells, num(floor, 2), ratio])
+    return rows
+
+
+def render_scale(paths: list[Path]) -> Lines:
+    """Memory and checkpoint per run (before/after, streamed), then seconds per phase per layer against the floor."""
+    records = [r for r in records_of(paths) if r.get("benchmark") in ("scale", "scale_before")]
+    lines = table_lines(["run", "engine", "prune s", "s / layer", "host RSS peak MiB", "RSS / bf16 weights",
+                         "checkpoint MiB (dtypes)"], _memory_rows(records))
+    phase_rows = _phase_rows(records)
+    if phase_rows:
+        lines += ["", "Seconds per layer in each phase (`result.json` `phases` over the layer count); the floor is "
+                  "two passes of the layer's matrix products over the calibration tokens on the same device "
+                  "(`benchmarks/scale_floor.py`); the last column is (statistics + propagation + error) / floor "
+                  "and the whole layer / floor.", ""]
+        lines += table_lines(["run", "engine", *PHASES, "floor s", "passes / whole ÷ floor"], phase_rows)
+    return lines
+
+
+def render_dtype_ppl(paths: list[Path]) -> Lines:
+    """Perplexity per method with the model held in float32 and in bfloat16 (``bench_prune.py --dtype``)."""
+    records = [r for r in records_of(paths) if r.get("benchmark") == "prune"]
+    by_run: dict[str, dict[str, Record]] = {}
+    for r in records:
+        storage = (r.get("precision") or {}).get("storage", "?")
+        by_run.setdefault(r["run"], {})[storage] = r
+    body = []
+    for run, pair in by_run.items():
+        f32, b16 = pair.get("float32"), pair.get("bfloat16")
+        p32 = next(iter(f32["ppl"].values())) if f32 and f32["ppl"] else None
+        p16 = next(iter(b16["ppl"].values())) if b16 and b16["ppl"] else None
+        change = f"{100 * (p16 - p32) / p32:+.2f} %" if p32 and p16 else ""
+        body.append([f"`{run}`", num(p32, 3), num(p16, 3), change])
+    return table_lines(["run", "float32 model", "bfloat16 model", "change"], body)
+
+
+SCALE_SECTIONS = [
+    Section(
+        "Scale: real-shaped models, memory, checkpoint and phases",
+        ("scale_*.jsonl",),
+        render_scale,
+        "Random-weight checkpoints built from the real configurations (`benchmarks/scale_configs.py`: "
+        "Llama-2-7B is hidden 4096, MLP 11008, 32 heads, vocabulary 32000), stored in bfloat16, the first "
+        "`layers` decoder layers kept; calibration on the embedded `wiki` text, no evaluation (`--eval none`), "
+        "the pruned checkpoint saved. The RSS peak is the process's high-water mark (`ru_maxrss`), the checkpoint "
+        "built in a child process so it does not count. `before` rows are the same command on the commit before "
+        "the change (the model loaded in float32 and saved in float32). CPU figures are from the 2-core "
+        "development machine while other jobs ran on it (seconds are loose upper bounds; memory is not affected). "
+        "No GPU figure is on this page: none was measured.",
+        "python -m benchmarks.bench_scale --shape llama-2-7b --layers 2 --nsamples 8 --seqlen 512 --device cpu \\\n"
+        "      --method wanda --save-model --json benchmarks/results/scale_cpu.jsonl   # and sparsegpt; and --stream",
+    ),
+    Section(
+        "Precision: the embedded model held in bfloat16",
+        ("dtype_embedded.jsonl",),
+        render_dtype_ppl,
+        "`smollm2-135m` pruned and evaluated with the model held in float32 (`--dtype float32`, the default for "
+        "the embedded GGUF) and in bfloat16 (`--dtype bfloat16`); on the CPU the layers run in float32 in both "
+        "(one layer upcast at a time), statistics and solves in float32, evaluation in the storage dtype. "
+        "Calibration 8 × 256 tokens of `wiki` train, evaluation the first 8 windows of 256 tokens of `wiki` test.",
+        "python -m benchmarks.bench_prune --runs magnitude@50% wanda@50% sparsegpt@50% thanos@50% fista@50% \\\n"
+        "      awp@50% awp@int4 rtn@int4 gptq@int4 awq@int4 numerical@structured:30% flap@structured:30% \\\n"
+        "      --nsamples 8 --seqlen 256 --eval-seqlen 256 --eval-windows 8 --dtype bfloat16 \\\n"
+        "      --json benchmarks/results/dtype_embedded.jsonl   # and --dtype float32",
+    ),
+]
