@@ -114,6 +114,8 @@ def _add_other_commands(sub: Any) -> None:
     e.add_argument("--windows", default=None)
     e.add_argument("--encoding", default="utf-8", help="encoding of a --data text file (e.g. latin-1)")
     e.add_argument("--device", default="auto")
+    e.add_argument("--dtype", default="auto", choices=STORAGE_DTYPES,
+                   help="the dtype the model is loaded and evaluated in (auto: the checkpoint's own)")
     _task_args(e, "--limit", "zero-shot tasks")
     e.add_argument("--json", default=None, help="write perplexity, protocol and zero_shot to this file")
     # greedy generation (toolkit/evaluation/generate.py)
@@ -289,7 +291,7 @@ def _eval(args: argparse.Namespace) -> int:
     check_model_source(args.model)
     check_text_source(args.data, args.encoding)
     resolve_device(args.device)  # an unusable device fails before the model loads
-    loaded = load_model(args.model)  # once, for the perplexity and the tasks
+    loaded = load_model(args.model, dtype=args.dtype)  # once, for the perplexity and the tasks
     value, protocol = evaluate_model(loaded, data=args.data, seq_len=args.seqlen,
                                      max_windows=_windows(args.windows), device=args.device, encoding=args.encoding)
     print(f"ppl ({args.data}, seqlen {args.seqlen}, {protocol['windows']} windows, {protocol['tokens']} tokens): "
