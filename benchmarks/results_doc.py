@@ -294,7 +294,9 @@ python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four run
         "`digest_*house*`: the move of `toolkit/` into packages, before at `01456b7` and after, one thread each: "
         "24 tiny-llama runs (the ten above, AWP, GPTQ, Numerical Pruning, RTN), three embedded-model runs taken "
         "at both commits, and the ten embedded-model runs after the move against the digests recorded after the "
-        "contract refactor (which the three runs at `01456b7` reproduced).",
+        "contract refactor (which the three runs at `01456b7` reproduced). `digest_tiny_scale`: the 24 tiny-llama "
+        "runs after the real-scale change (the model's own dtype, one layer upcast at a time, sampled error "
+        "statistics, the journal's spill), float32 path, against `digest_tiny_house_after`.",
         """python -m benchmarks.weights_digest --runs magnitude@50% magnitude@2:4 wanda@50% wanda@2:4 sparsegpt@50% \\
       sparsegpt@2:4 thanos@50% thanos@2:4 fista@50% fista@2:4 --json benchmarks/results/digest_after_contract.jsonl
 python -m benchmarks.weights_digest --compare benchmarks/results/digest_before_contract.jsonl \\
