@@ -67,9 +67,9 @@ def test_eval_with_tasks_loads_the_model_once(tmp_path: Path, monkeypatch: pytes
     loads: list[str] = []
     real = toolkit.models.load.load_model
 
-    def counted(name: str) -> object:
+    def counted(name: str, **options: str) -> object:
         loads.append(name)
-        return real(name)
+        return real(name, **options)
 
     monkeypatch.setattr(toolkit.models.load, "load_model", counted)
     assert main(["eval", "--model", "tiny-llama", "--seqlen", "64", "--windows", "1", "--tasks", "rte",

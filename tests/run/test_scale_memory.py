@@ -25,8 +25,9 @@ pytestmark = pytest.mark.slow
 
 # the child's peak over the bfloat16 weights (885 MiB): the weights, the layer upcast to float32 on the CPU (2 × its
 # share), the journal's bfloat16 backup, the solve's float32 temporaries of the widest linear and python + torch +
-# transformers (≈ 0.4 GiB). Measured 4.15 (3678 MiB); before the model's dtype was kept 6.2 (5518 MiB, float32)
-RSS_BOUND = 4.6
+# transformers (≈ 0.4 GiB). Measured 4.1–4.4 (3669–3908 MiB) on a quiet 2-core machine and 5.2 (4619 MiB) inside a
+# busy CI run (allocation timing moves the high-water mark); before the model's dtype was kept: 6.2 (5518 MiB)
+RSS_BOUND = 5.6
 
 
 def _seven_b_layer(folder: Path) -> int:
