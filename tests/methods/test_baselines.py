@@ -87,12 +87,15 @@ def test_sparsegpt_block_size_does_not_change_totals(stats256: tuple) -> None:
 def test_damping_escalates_with_warning_then_raises() -> None:
     events: list = []
     ctx = SolveContext(name="x", emit=events.append)
-    v = torch.randn(8, 1)
+    v = torch.randn(8, 1, generator=torch.Generator().manual_seed(0))  # seeded: not the global RNG's state
     H = v @ v.T  # rank 1: singular, Cholesky fails without damping
     U, damping = damped_cholesky_inverse(H, 0.0, ctx)
     assert damping == pytest.approx(1e-4) and any(isinstance(e, RunWarning) for e in events)
     damped = H + damping * torch.diagonal(H).mean() * torch.eye(8)
-    assert torch.allclose(U.T @ U, torch.linalg.inv(damped.double()).float(), rtol=1e-2, atol=1e-2)
+    # UᵀU is the inverse of the damped H: a scale-free residual (entries of the inverse reach 1e4, so an
+    # entry-wise tolerance failed on some draws); measured 0.004–0.008 over seeds 0–5 in float32
+    residual = (U.T @ U).double() @ damped.double() - torch.eye(8, dtype=torch.float64)
+    assert float(torch.linalg.norm(residual)) < 0.05
     with pytest.raises(NumericalError):
         damped_cholesky_inverse(-torch.eye(8) * 1e6, 1e-9, SolveContext(), max_tries=2)
 
