@@ -22,7 +22,6 @@ result's ``phases`` / ``phase_layers`` when the toolkit reports them, and the ma
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import resource
 import shutil
@@ -43,6 +42,8 @@ from benchmarks.scale_configs import (
     shape_config,
 )
 from benchmarks.scale_floor import floor_ratios, floor_seconds
+from toolkit.cli.main import parse_set as cli_parse_set
+from toolkit.errors import ToolkitError
 
 ROOT = Path(__file__).resolve().parents[1]
 FORWARD_ASKED = ("auto", "fp32", "bf16")
@@ -99,44 +100,14 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def run_fields() -> set[str]:
-    """The field names of this toolkit's RunConfig (new fields such as ``dtype`` or ``stream`` may be absent)."""
-    from toolkit.api import RunConfig
-
-    return {f.name for f in dataclasses.fields(RunConfig)}
-
-
-def forward_dtype_for_run(asked: str, device: str) -> str:
-    """The ``forward_dtype`` to pass: ``auto`` as is where the toolkit knows it, else bf16 on CUDA / fp32 on CPU."""
-    from toolkit.api import RunConfig
-
-    try:
-        from toolkit.engine.options import FORWARD_DTYPES as known
-    except ImportError:  # moved or renamed: fall back on RunConfig's default below
-        known = ()
-    default = {f.name: f.default for f in dataclasses.fields(RunConfig)}.get("forward_dtype")
-    if asked != "auto" or "auto" in known or default == "auto":
-        return asked
-    return "bf16" if device.startswith("cuda") else "fp32"
-
-
 def run_config_kwargs(folder: Path, opts: ScaleOptions, device: str, runs_dir: Path) -> dict[str, Any]:
-    """The RunConfig keywords of this run, only those the toolkit's RunConfig has.
-
-    Raises :class:`BenchError` when ``--stream`` is asked and RunConfig has no ``stream`` field.
-    """
-    names = run_fields()
-    if opts.stream and "stream" not in names:
-        raise BenchError("--stream: this toolkit's RunConfig has no `stream` field yet; run without --stream")
-    kwargs: dict[str, Any] = {
+    """The RunConfig keywords of this run (no evaluation; the checkpoint's own dtype)."""
+    return {
         "model": str(folder), "method": opts.method, "sparsity": opts.sparsity, "nsamples": opts.nsamples,
         "seqlen": opts.seqlen, "eval_data": None, "device": device, "calib": "wiki", "seed": opts.seed,
-        "forward_dtype": forward_dtype_for_run(opts.forward_dtype, device), "out_dir": str(runs_dir),
-        "save_model": opts.save_model, "options": dict(opts.options), "dtype": "auto",
+        "forward_dtype": opts.forward_dtype, "out_dir": str(runs_dir), "save_model": opts.save_model,
+        "options": dict(opts.options), "dtype": "auto", "stream": opts.stream,
     }
-    if opts.stream:
-        kwargs["stream"] = True
-    return {key: value for key, value in kwargs.items() if key in names}
 
 
 def build(shape: dict[str, Any], folder: Path, opts: ScaleOptions) -> dict[str, Any]:
@@ -255,14 +226,11 @@ def measure(name: str, shape: dict[str, Any], opts: ScaleOptions) -> dict[str, A
 
 
 def parse_set(items: list[str]) -> dict[str, str]:
-    """``["key=value", ...]`` → dict; raises :class:`BenchError` on an item without ``=``."""
-    options: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise BenchError(f"--set wants key=value, got {item!r}")
-        options[key.strip()] = value.strip()
-    return options
+    """``["key=value", ...]`` → dict, as the CLI's ``--set`` reads it; raises :class:`BenchError` on a bad item."""
+    try:
+        return cli_parse_set(items)
+    except ToolkitError as exc:
+        raise BenchError(str(exc)) from None
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import bench_scale
-from benchmarks.bench_scale import BenchError, ScaleOptions, measure, parse_set, run_config_kwargs
+from benchmarks.bench_scale import BenchError, ScaleOptions, measure, parse_set
 from benchmarks.scale_configs import (
     BUILD_MARKER,
     SHAPES,
@@ -117,14 +117,6 @@ def test_keep_reuses_a_complete_checkpoint(tmp_path: Path) -> None:
     second = measure("tiny", TINY, opts)
     assert first["build"]["reused"] is False and second["build"]["reused"] is True
     assert (tmp_path / "tiny-L1-bfloat16" / BUILD_MARKER).is_file()
-
-
-def test_stream_without_the_field_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(bench_scale, "run_fields", lambda: {"model", "method"})
-    with pytest.raises(BenchError, match="no `stream` field"):
-        run_config_kwargs(tmp_path, ScaleOptions(stream=True), "cpu", tmp_path)
-    kwargs = run_config_kwargs(tmp_path, ScaleOptions(), "cpu", tmp_path)
-    assert set(kwargs) == {"model", "method"}
 
 
 def test_set_options_and_bad_items() -> None:

@@ -11,7 +11,7 @@ from tests.helpers.pruning_compare import Pruned, assert_same_pruning
 from toolkit.data.text import CalibSpec, calibration_windows
 from toolkit.engine.prune import prune_layers
 from toolkit.engine.state import EngineConfig
-from toolkit.engine.stats import GroupStats, add_gram_upper_, symmetrize
+from toolkit.engine.stats import GroupStats, add_gram_upper_, symmetrize_
 from toolkit.errors import ToolkitError
 from toolkit.methods import get_method
 from toolkit.methods.masks import drop_lowest
@@ -89,7 +89,7 @@ def test_upper_panel_gram_equals_xtx() -> None:
     G = torch.zeros(450, 450, dtype=torch.float64)
     add_gram_upper_(G, x, panel=100)
     add_gram_upper_(G, x[:7], panel=100)
-    torch.testing.assert_close(symmetrize(G), x.T @ x + x[:7].T @ x[:7])
+    torch.testing.assert_close(symmetrize_(G), x.T @ x + x[:7].T @ x[:7])
 
 
 def test_group_stats_sampled_statistics_keep_full_column_norms_and_a_token_sample() -> None:

@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+from tests.helpers.failing import exploding
 from toolkit.data.text import CalibSpec, calibration_windows
 from toolkit.engine.prune import prune_layers
 from toolkit.engine.state import EngineConfig
@@ -87,23 +88,12 @@ def test_propagate_dense_keeps_dense_inputs_and_differs_from_pruned() -> None:
     assert errors["pruned"][1] != pytest.approx(errors["dense"][1])
 
 
-def _exploding(layer_to_fail: int) -> MethodSpec:
-    base = get_method("magnitude")
-
-    def fn(W, stats, target, cfg, ctx):
-        if ctx.layer == layer_to_fail and ctx.name.endswith("up_proj"):
-            raise ToolkitError("boom")
-        return base.fn(W, stats, target, cfg, ctx)
-
-    return MethodSpec("exploding", fn, base.config, frozenset({Stat.GRAM}))
-
-
 def test_model_restored_after_mid_run_error() -> None:
     model = load_model("tiny-llama").model
     before = {k: v.clone() for k, v in model.state_dict().items()}
     events: list = []
     with pytest.raises(ToolkitError, match="boom"):
-        prune_layers(model, _windows(), _exploding(1), Unstructured(0.5), get_method("magnitude").make_config(),
+        prune_layers(model, _windows(), exploding(1), Unstructured(0.5), get_method("magnitude").make_config(),
                      cfg=EngineConfig(batch_size=2), emit=events.append)
     assert any(isinstance(e, LayerDone) for e in events), "layer 0 finished before the failure"
     for key, value in model.state_dict().items():

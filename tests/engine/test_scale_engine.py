@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from tests.engine.test_prune import _exploding, _windows
+from tests.engine.test_prune import _windows
+from tests.helpers.failing import exploding
 from toolkit.engine.phases import PHASES, PhaseTimer, phase_totals
 from toolkit.engine.prune import prune_layers
 from toolkit.engine.state import EngineConfig
@@ -15,7 +16,6 @@ from toolkit.engine.writeback import WriteBack
 from toolkit.errors import ToolkitError
 from toolkit.events import LayerDone
 from toolkit.methods import get_method
-from toolkit.methods.base import MethodSpec, Stat
 from toolkit.models.layers import decoder_layers, get_weight, layer_linears
 from toolkit.models.load import load_model
 from toolkit.runtime.devices import forward_dtype
@@ -93,7 +93,7 @@ def test_failed_bf16_run_with_a_spilling_journal_is_restored_and_leaves_no_files
     model = load_model("tiny-llama", dtype="bfloat16").model
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(ToolkitError, match="boom"):
-        prune_layers(model, _windows(), _exploding(1), Unstructured(0.5), get_method("magnitude").make_config(),
+        prune_layers(model, _windows(), exploding(1), Unstructured(0.5), get_method("magnitude").make_config(),
                      cfg=EngineConfig(batch_size=2, device="cpu", journal_budget_mb=0), emit=lambda e: None)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert not list(tmp_path.glob("prunelab-journal-*"))
@@ -137,23 +137,17 @@ def test_wanda_keeps_dense_outputs_only_for_the_error_sample() -> None:
         assert torch.equal(a, b)
 
 
-def _out_of_memory(layer_to_fail: int) -> MethodSpec:
-    base = get_method("magnitude")
-
-    def fn(W, stats, target, cfg, ctx):
-        if ctx.layer == layer_to_fail:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has 80 GiB")
-        return base.fn(W, stats, target, cfg, ctx)
-
-    return MethodSpec("oom", fn, base.config, frozenset({Stat.GRAM}))
+def _out_of_memory() -> BaseException:
+    return torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has 80 GiB")
 
 
 def test_out_of_memory_names_the_layer_and_the_memory_and_restores() -> None:
     model = load_model("tiny-llama").model
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(ToolkitError, match=r"out of memory in layer 1 on cpu \(tried to allocate 20\.00 GiB\)"):
-        prune_layers(model, _windows(), _out_of_memory(1), Unstructured(0.5), get_method("magnitude").make_config(),
-                     cfg=EngineConfig(batch_size=2, device="cpu"), emit=lambda e: None)
+        prune_layers(model, _windows(), exploding(1, _out_of_memory), Unstructured(0.5),
+                     get_method("magnitude").make_config(), cfg=EngineConfig(batch_size=2, device="cpu"),
+                     emit=lambda e: None)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.failing import exploding
 from tests.models.test_stream import save_tiny
 from toolkit.data.text import CalibSpec, calibration_windows
 from toolkit.engine.prune import prune_layers
@@ -17,7 +18,6 @@ from toolkit.engine.stream import prune_streaming
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import LayerDone, SublayerPruned
 from toolkit.methods import get_method
-from toolkit.methods.base import MethodSpec, Stat
 from toolkit.models.load import load_model
 from toolkit.models.stream import open_streamed
 from toolkit.spec.targets import Unstructured
@@ -109,22 +109,11 @@ def test_refuses_a_folder_holding_a_checkpoint(sources: dict[str, Path], tmp_pat
     assert not folder.with_name(folder.name + ".partial").exists()
 
 
-def _exploding(layer_to_fail: int) -> MethodSpec:
-    base = get_method("magnitude")
-
-    def fn(W, stats, target, cfg, ctx):
-        if ctx.layer == layer_to_fail and ctx.name.endswith("up_proj"):
-            raise ToolkitError("boom")
-        return base.fn(W, stats, target, cfg, ctx)
-
-    return MethodSpec("exploding", fn, base.config, frozenset({Stat.GRAM}))
-
-
 def test_failing_run_leaves_nothing(sources: dict[str, Path], tmp_path: Path) -> None:
     streamed = open_streamed(sources["qwen2-bf16"])
     events: list = []
     with pytest.raises(ToolkitError, match="boom"):
-        prune_streaming(streamed, tmp_path / "out", _windows(), _exploding(1), Unstructured(0.5),
+        prune_streaming(streamed, tmp_path / "out", _windows(), exploding(1), Unstructured(0.5),
                         get_method("magnitude").make_config(), cfg=CFG, emit=events.append)
     assert any(isinstance(e, LayerDone) for e in events), "layer 0 was written before the failure"
     assert list(tmp_path.iterdir()) == []

@@ -24,7 +24,8 @@ from toolkit.engine.options import FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL,
 from toolkit.errors import RunCancelled, ToolkitError
 
 
-def _parse_set(items: Sequence[str]) -> dict[str, str]:
+def parse_set(items: Sequence[str]) -> dict[str, str]:
+    """``--set key=value`` items as a dict (whitespace around key and value dropped); one line on a bad item."""
     options = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -220,7 +221,7 @@ def _prune(args: argparse.Namespace) -> int:
     save_model = args.save_model or (args.out is not None and not unsavable)
     config = RunConfig(
         model=args.model, method=args.method, sparsity=compression.sparsity, quant=compression.quant,
-        unit=compression.unit, options=_parse_set(args.set),
+        unit=compression.unit, options=parse_set(args.set),
         calib=args.calib, nsamples=args.nsamples, seqlen=args.seqlen, seed=args.seed, eval_data=eval_data,
         eval_seqlen=args.eval_seqlen, eval_windows=_windows(args.eval_windows), eval_dense=args.eval_dense,
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from toolkit.errors import ToolkitError
+from toolkit.runtime.placement import move_, restore_
 
 _DROPPED = ("past_key_values", "past_key_value")  # use_cache=False: no cache is carried between layers
 
@@ -161,17 +162,12 @@ def outside_layers_on(model: nn.Module, layers: nn.ModuleList, device: torch.dev
     """
     inside = {id(t) for t in layers.parameters()} | {id(t) for t in layers.buffers()}
     inside |= _unused_head(model)
-    moved: list[tuple[Tensor, torch.device, torch.dtype]] = []
-    for tensor in list(model.parameters()) + list(model.buffers()):
-        cast = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
-        if id(tensor) not in inside and (tensor.device != device or tensor.dtype != cast):
-            moved.append((tensor, tensor.device, tensor.dtype))
-            tensor.data = tensor.data.to(device, cast)
+    outside = [t for t in list(model.parameters()) + list(model.buffers()) if id(t) not in inside]
+    moved = move_(outside, device, dtype)
     try:
         yield
     finally:
-        for tensor, home, home_dtype in moved:
-            tensor.data = tensor.data.to(home, home_dtype)
+        restore_(moved)
 
 
 def _unused_head(model: nn.Module) -> set[int]:

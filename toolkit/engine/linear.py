@@ -42,14 +42,14 @@ from toolkit.runtime.precision import forward_precision
 @contextlib.contextmanager
 def on_device(run: RunState, layer: nn.Module) -> Iterator[None]:
     """Hold ``layer`` on ``run.device`` in ``run.layer_dtype`` inside (both moves charged to ``copies``)."""
-    move = placed(layer, run.device, run.layer_dtype)
+    stack = contextlib.ExitStack()
     with run.timer.section("copies"):
-        move.__enter__()
+        stack.enter_context(placed(layer, run.device, run.layer_dtype))
     try:
         yield
     finally:
         with run.timer.section("copies"):
-            move.__exit__(None, None, None)
+            stack.close()
 
 
 def dense_next(run: RunState, layer: nn.Module, inputs: LayerInputs) -> LayerInputs:

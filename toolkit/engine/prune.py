@@ -111,14 +111,14 @@ def prune_layers(  # noqa: PLR0913 - keyword-only sinks, each named for what it 
         else:
             run = RunState(spec, compression, method_cfg, cfg, resolve_device(cfg.device), emit, cancelled, journal,
                            on_mask, on_quant)
-            set_precision(run, decoder_layers(model))
+            set_precision(run, layers)
             _prune_linears(run, model, windows)
             result = run.result
     except BaseException as exc:
         if cfg.restore_on_failure:
             journal.restore()
         if isinstance(exc, torch.OutOfMemoryError):
-            raise _out_of_memory(exc, run) from None
+            raise out_of_memory_error(exc, run, "the model was restored") from None
         raise
     finally:
         if writeback is None:  # a caller's journal stays theirs to undo (the Layer lab)
@@ -138,13 +138,16 @@ def set_precision(run: RunState, layers: nn.Module) -> None:
                             "statistics": "float32", "solve": "float32"}
 
 
-def _out_of_memory(exc: BaseException, run: RunState | None) -> ToolkitError:
-    """One line: the layer, the device, the memory asked (from torch's message), what to lower."""
+def out_of_memory_error(exc: BaseException, run: RunState | None, kept: str) -> ToolkitError:
+    """One line for a run that ran out of memory: the layer, the device, the memory asked, what to lower.
+
+    ``kept`` says what was left as it was (the model restored; the streamed source untouched).
+    """
     found = re.search(r"Tried to allocate ([\d.]+ ?[KMGT]?i?B)", str(exc))
     asked = found.group(1) if found else "more than was free"
     where = f"layer {run.layer} on {run.device}" if run is not None else "the run"
     also = "" if run is not None and run.device.type == "cpu" else ", or use --device cpu"
-    return ToolkitError(f"out of memory in {where} (tried to allocate {asked}); the model was restored; lower "
+    return ToolkitError(f"out of memory in {where} (tried to allocate {asked}); {kept}; lower "
                         f"--nsamples, --seqlen or --batch-size{also}")
 
 
@@ -155,17 +158,22 @@ def _prune_blocks(model: nn.Module, windows: Tensor, spec: MethodSpec, compressi
     return result if isinstance(result, EngineResult) else EngineResult()
 
 
-def _prune_linears(run: RunState, model: nn.Module, windows: Tensor) -> None:
-    """The linear-scope path: layer 0's inputs captured, then every layer in order or in parallel."""
-    layers = decoder_layers(model)
+def capture_first_inputs(run: RunState, model: nn.Module, layers: nn.ModuleList, windows: Tensor) -> LayerInputs:
+    """Decide the run's pass layout (fused, sampled statistics), then capture layer 0's inputs (phase ``capture``)."""
     run.fused = use_fused(run, model, layers[0], windows)
     if not ({Stat.GRAM, Stat.CROSS, Stat.DENSE_GRAM} & run.spec.needs):
         run.gram_limit = min(run.cfg.error_windows, windows.shape[0]) * windows.shape[1]
+    batch = windows.shape[0] if run.fused else run.cfg.batch_size
+    with run.timer.section("capture"):
+        return capture_layer_inputs(model, layers, windows, run.device, batch, run.layer_dtype)
+
+
+def _prune_linears(run: RunState, model: nn.Module, windows: Tensor) -> None:
+    """The linear-scope path: layer 0's inputs captured, then every layer in order or in parallel."""
+    layers = decoder_layers(model)
     devices = resolve_devices(run.cfg.devices, run.device, run.propagate, resolve_device)
     with torch.no_grad():
-        batch = windows.shape[0] if run.fused else run.cfg.batch_size
-        with run.timer.section("capture"):
-            inputs = capture_layer_inputs(model, layers, windows, run.device, batch, run.layer_dtype)
+        inputs = capture_first_inputs(run, model, layers, windows)
         run.result.phases.append(run.timer.layer_done(-1))
         if run.cfg.distributed:
             prune_on_ranks(run, layers, inputs)

@@ -106,7 +106,7 @@ def add_gram_upper_(G: Tensor, x: Tensor, panel: int = GRAM_PANEL) -> None:
     """G[a, a:] += x[:, a]ᵀ x[:, a:] for panels a of columns: the upper triangle of G += xᵀx.
 
     The Gram matrix is symmetric, so only the panels on and right of the diagonal are computed
-    (about 2/3 of the flops of a full ``xᵀx`` for 1536 inputs); :func:`symmetrize` mirrors them.
+    (about 2/3 of the flops of a full ``xᵀx`` for 1536 inputs); :func:`symmetrize_` mirrors them.
     """
     width = x.shape[1]
     for start in range(0, width, panel):
@@ -114,13 +114,8 @@ def add_gram_upper_(G: Tensor, x: Tensor, panel: int = GRAM_PANEL) -> None:
         G[start:stop, start:].addmm_(x[:, start:stop].t(), x[:, start:])
 
 
-def symmetrize(G: Tensor) -> Tensor:
-    """The full symmetric matrix from its upper triangle."""
-    return torch.triu(G) + torch.triu(G, 1).t()
-
-
 def symmetrize_(G: Tensor) -> Tensor:
-    """:func:`symmetrize` in place (one (in, in) temporary instead of three); returns ``G``."""
+    """The full symmetric matrix from its upper triangle, in place (one (in, in) temporary); returns ``G``."""
     strict = torch.triu(G, 1)
     return G.triu_().add_(strict.t())
 

@@ -22,15 +22,14 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from toolkit.engine.capture import capture_layer_inputs
-from toolkit.engine.linear import on_device, prune_layer, use_fused
+from toolkit.engine.linear import on_device, prune_layer
 from toolkit.engine.options import DEVICES_AUTO
-from toolkit.engine.prune import check_targets, set_precision
+from toolkit.engine.prune import capture_first_inputs, check_targets, out_of_memory_error, set_precision
 from toolkit.engine.state import EngineConfig, EngineResult, MaskSink, QuantSink, RunState, ignore
 from toolkit.engine.writeback import WriteBack
 from toolkit.errors import ToolkitError
 from toolkit.events import Event
-from toolkit.methods.base import MethodSpec, Scope, Stat
+from toolkit.methods.base import MethodSpec, Scope
 from toolkit.models.stream import ShardWriter, StreamedModel
 from toolkit.runtime.devices import resolve_device
 from toolkit.spec.compression import Compression, as_compression
@@ -96,9 +95,7 @@ def prune_streaming(  # noqa: PLR0913 - the entry mirrors prune_layers (keyword-
     except BaseException as exc:
         writer.abort()
         if isinstance(exc, torch.OutOfMemoryError):
-            raise ToolkitError(f"out of memory in layer {run.layer} on {run.device}; nothing was written and the "
-                               "source is untouched: lower --nsamples, --seqlen or --batch-size, or use "
-                               "--device cpu") from None
+            raise out_of_memory_error(exc, run, "nothing was written and the source is untouched") from None
         raise
     run.result.seconds = time.perf_counter() - start
     return run.result
@@ -107,13 +104,8 @@ def prune_streaming(  # noqa: PLR0913 - the entry mirrors prune_layers (keyword-
 def _stream_layers(run: RunState, streamed: StreamedModel, writer: ShardWriter, windows: Tensor) -> None:
     """Capture layer 0's inputs (layers on meta), write the rest, then load, prune, write, release each layer."""
     model, layers = streamed.loaded.model, streamed.layers
-    run.fused = use_fused(run, model, layers[0], windows)
-    if not ({Stat.GRAM, Stat.CROSS, Stat.DENSE_GRAM} & run.spec.needs):
-        run.gram_limit = min(run.cfg.error_windows, windows.shape[0]) * windows.shape[1]
     with torch.no_grad():
-        batch = windows.shape[0] if run.fused else run.cfg.batch_size
-        with run.timer.section("capture"):
-            inputs = capture_layer_inputs(model, layers, windows, run.device, batch, run.layer_dtype)
+        inputs = capture_first_inputs(run, model, layers, windows)  # the layers on meta: the capture skips them
         with run.timer.section("copies"):
             writer.write_rest(streamed.rest_tensors())
         run.result.phases.append(run.timer.layer_done(-1))

@@ -29,6 +29,27 @@ def storage_dtype(module: nn.Module) -> torch.dtype:
     return max(counts, key=lambda d: counts[d]) if counts else torch.float32
 
 
+def move_(tensors: list[Tensor], device: torch.device, dtype: torch.dtype | None = None
+          ) -> list[tuple[Tensor, torch.device, torch.dtype]]:
+    """Move ``tensors`` in place to ``device`` (floating ones cast to ``dtype`` when given).
+
+    Returns (tensor, former device, former dtype) for each one moved, what :func:`restore_` takes.
+    """
+    moved = []
+    for tensor in tensors:
+        cast = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
+        if tensor.device != device or tensor.dtype != cast:
+            moved.append((tensor, tensor.device, tensor.dtype))
+            tensor.data = tensor.data.to(device, cast)
+    return moved
+
+
+def restore_(moved: list[tuple[Tensor, torch.device, torch.dtype]]) -> None:
+    """Put every tensor :func:`move_` moved back on its former device, in its former dtype."""
+    for tensor, home, home_dtype in moved:
+        tensor.data = tensor.data.to(home, home_dtype)
+
+
 @contextlib.contextmanager
 def placed(module: nn.Module, device: torch.device, dtype: torch.dtype | None = None) -> Iterator[None]:
     """Hold ``module`` on ``device`` (floating tensors cast to ``dtype`` when given) inside; restore after.
@@ -36,17 +57,13 @@ def placed(module: nn.Module, device: torch.device, dtype: torch.dtype | None = 
     Every parameter and buffer goes back to its own device and dtype. Tensors created inside
     (a smaller Linear after heads were removed) go to the module's former device and storage dtype.
     """
-    homes = {id(t): (t.device, t.dtype) for t in _tensors(module)}
-    fallback = (next(iter(homes.values()))[0] if homes else torch.device("cpu"), storage_dtype(module))
-    for tensor in _tensors(module):
-        cast = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
-        if tensor.device != device or tensor.dtype != cast:
-            tensor.data = tensor.data.to(device, cast)
+    before = {id(t) for t in _tensors(module)}
+    home = next((t.device for t in _tensors(module)), torch.device("cpu"))
+    storage = storage_dtype(module)
+    moved = move_(_tensors(module), device, dtype)
     try:
         yield
     finally:
-        for tensor in _tensors(module):
-            home, home_dtype = homes.get(id(tensor), (fallback[0], fallback[1] if tensor.is_floating_point()
-                                                     else tensor.dtype))
-            if tensor.device != home or tensor.dtype != home_dtype:
-                tensor.data = tensor.data.to(home, home_dtype)
+        restore_(moved)
+        created = [t for t in _tensors(module) if id(t) not in before]
+        move_(created, home, storage)

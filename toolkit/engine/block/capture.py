@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from toolkit.engine.capture import LayerInputs, run_layer
-from toolkit.engine.stats import add_gram_upper_, capture_inputs, symmetrize
+from toolkit.engine.stats import add_gram_upper_, capture_inputs, symmetrize_
 from toolkit.errors import NumericalError, RunCancelled
 from toolkit.methods.base import SOLVER_DTYPE
 from toolkit.methods.block.base import BlockStats, InputStats
@@ -43,7 +43,7 @@ class InputAccumulator:
         """Means over the tokens; raises :class:`NumericalError` on no tokens or non-finite values."""
         if self.count == 0:
             raise NumericalError(f"{where}: no calibration tokens reached this linear")
-        stats = InputStats(gram=symmetrize(self.gram) / self.count, mean=self.sum / self.count, count=self.count)
+        stats = InputStats(gram=symmetrize_(self.gram).div_(self.count), mean=self.sum / self.count, count=self.count)
         if not (torch.isfinite(stats.gram).all() and torch.isfinite(stats.mean).all()):
             raise NumericalError(f"{where}: non-finite (NaN/Inf) activations in the calibration statistics; "
                                  "check the model weights (try --device cpu or a float32 checkpoint)")
