@@ -31,7 +31,7 @@ lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
 cli-demo: setup
-	$(PY) -m toolkit prune --model smollm2-135m --method wanda --sparsity 50% --eval-dense
+	$(PY) -m toolkit prune --model smollm2-135m --method wanda --sparsity 50% --eval-dense --protocol quick
 
 test: setup
 	$(PY) -m pytest -m "slow or not slow or browser" -q

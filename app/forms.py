@@ -13,9 +13,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from app import allocation_form
+from app.allocation_form import AllocationSettings
 from toolkit.api import RunConfig, list_methods
 from toolkit.errors import ToolkitError
 from toolkit.evaluation.tasks import DEFAULT_TASKS, parse_task_names
+from toolkit.run.protocols import PROTOCOLS, QUICK
 from toolkit.runtime.threads import pick_threads
 from toolkit.spec.compression import QuantSpec, Unit, parse_unit
 from toolkit.spec.targets import NM, Structured, Target, Unstructured, parse_sparsity
@@ -31,12 +34,8 @@ GROUP_SIZES = (("128", 128), ("64", 64), ("32", 32), ("per row", 0))  # (label, 
 TASK_CHOICES = DEFAULT_TASKS  # the seven tasks of the seed papers
 SWEEP_SPARSITIES = ("none", "10%", "20%", "30%", "40%", "50%", "60%", "70%", "2:4", "4:8")  # none: quantize only
 SWEEP_BITS = ("none", "int8", "int4", "int3", "int2")  # none: no quantization; g128 groups
-# name → (nsamples, seqlen, eval seqlen, eval windows (0 = all))
-PRESETS = {
-    "quick (8 × 128, 16 eval windows)": (8, 128, 128, 16),
-    "CPU default (32 × 512, all windows)": (32, 512, 512, 0),
-    "paper (128 × 2048, all windows)": (128, 2048, 2048, 0),
-}
+# label → (nsamples, seqlen, eval seqlen, eval windows (0 = all)): the named protocols the CLI's --protocol takes
+PRESETS = {p.label: (p.nsamples, p.seqlen, p.eval_seqlen, p.eval_windows or 0) for p in PROTOCOLS.values()}
 
 
 @dataclass
@@ -44,13 +43,13 @@ class Protocol:
     """Calibration and evaluation settings shared by the Run and Sweep forms."""
 
     calib: str = "wiki"
-    nsamples: int = 8
-    seqlen: int = 128
+    nsamples: int = QUICK.nsamples
+    seqlen: int = QUICK.seqlen
     seed: int = 0
     evaluate: bool = True
     eval_data: str = "wiki"
-    eval_seqlen: int = 128
-    eval_windows: int = 16  # 0 = all windows
+    eval_seqlen: int = QUICK.eval_seqlen
+    eval_windows: int = QUICK.eval_windows or 0  # 0 = all windows
     device: str = "auto"
     tasks: list[str] = field(default_factory=list)  # zero-shot tasks scored dense and pruned; [] = none
     task_limit: int = 20  # examples per task; 0 = all
@@ -75,6 +74,7 @@ class RunSettings:
     eval_dense: bool = True
     save_model: bool = False
     generate: bool = False  # greedy continuations of the fixed prompts, dense and pruned
+    allocation: AllocationSettings = field(default_factory=AllocationSettings)  # per-layer sparsity, DSnoT
 
 
 def method_table() -> dict[str, dict[str, Any]]:
@@ -220,16 +220,23 @@ def protocol_fields(protocol: Protocol) -> dict[str, Any]:
 
 
 def to_config(settings: RunSettings, runs_dir: str) -> RunConfig:
-    """Validate the form into a :class:`RunConfig`; raises :class:`ToolkitError` saying what to fix."""
+    """Validate the form into a :class:`RunConfig`; raises :class:`ToolkitError` saying what to fix.
+
+    A custom allocation table's ratio file is written under ``runs_dir`` once the config is accepted
+    (:mod:`app.allocation_form`).
+    """
     if not settings.method:
         raise ToolkitError("pick a method")
     options = changed_options(settings.method, settings.options)
     options.update(parse_extra_options(settings.extra_options))
-    return RunConfig(
+    target = sparsity_target(settings.pattern, settings.percent, settings.nm)
+    config = RunConfig(
         model=model_name(settings.model, settings.model_path), method=settings.method,
-        sparsity=sparsity_target(settings.pattern, settings.percent, settings.nm),
+        sparsity=target,
         quant=quant_spec(settings.quant, settings.group_size), unit=unit_choice(settings.method, settings.unit),
-        options=options,
+        options=options, **allocation_form.config_fields(settings.allocation, target, runs_dir),
         **protocol_fields(settings.protocol), eval_dense=bool(settings.eval_dense),
         out_dir=runs_dir, save_model=bool(settings.save_model), generate=bool(settings.generate),
     )
+    allocation_form.write_ratio_file(config.allocation)
+    return config

@@ -38,6 +38,9 @@ class Plot(str, Enum):
     RANKING = "ranking"
     KEPT = "kept"
     PERPLEXITY = "perplexity"
+    RECOVERY = "recovery"
+    ALLOCATION = "allocation"
+    REFINE = "refine"
 
 
 TEXTS: dict[Plot, str] = {
@@ -133,6 +136,27 @@ TEXTS: dict[Plot, str] = {
         "**Perplexity** on the evaluation text after pruning (lower is better), one bar per method, the dashed "
         "line the dense model under the same protocol. With the quick protocol (16 windows of 128 tokens) the "
         "numbers are a rough guide, but their order is stable."),
+    Plot.RECOVERY: (
+        "**Recovery loss**: the causal-LM loss (mean token NLL) of every fine-tuning step on the run's calibration "
+        "text (thin), and its mean over 5 steps (bold). The update is a masked LoRA, ΔW = (s·BA) ⊙ M: every weight "
+        "the pruning removed stays exactly 0, so the sparsity is unchanged. **Good** is a falling bold line and a "
+        "perplexity after (title) below the one before; a flat line means too few steps or a learning rate too "
+        "low, a rising or jumping one a learning rate too high. The loss is measured on training windows, the "
+        "perplexity on the held-out evaluation text."),
+    Plot.ALLOCATION: (
+        "**Bars**: the sparsity each decoder layer was pruned to (s_l); the **dashed line** is the run's target S. "
+        "A uniform run is a flat row at S. With **OWL** the layers with more outlier weights (Wanda scores above "
+        "M × the layer's mean; the **line, right axis**, is that outlier ratio LOD_l) keep more weights, so their "
+        "bars are lower, and the others are pruned harder; the weights-weighted mean of the bars is S, so the "
+        "model's total sparsity is unchanged (title). A custom ratios table in the form draws its own bars. "
+        "**Good** is what lowers the perplexity: compare the result with a uniform run at the same S."),
+    Plot.REFINE: (
+        "**DSnoT** swaps pruned and kept weights of each row after the method's mask (no training; the sparsity "
+        "stays). **Solid lines**: each layer's mean relative error ‖ΔW·X‖/‖W·X‖ of the refined linears with the "
+        "method's mask and after the swaps; **dotted**: DSnoT's own objective, the expected error ‖e‖/‖Wμ‖ it "
+        "shrinks. **Good** is the refined line below the method's; the objective falls much more than the "
+        "measured error, because the swaps only correct the mean of each row's error. Hover a point for each "
+        "linear's errors and swaps."),
 }
 
 

@@ -220,6 +220,7 @@ class RunForm:
     generate: Any
     run_button: Any
     cancel_button: Any
+    allocation: Any  # app.allocation_panel.AllocationControls
 
     @property
     def inputs(self) -> set[Any]:
@@ -227,7 +228,7 @@ class RunForm:
         return {self.model, self.model_path, self.method, self.pattern, self.percent, self.nm, self.quant,
                 self.group_size, self.unit, self.extra,
                 self.eval_dense, self.save_model, self.generate, *self.protocol.components,
-                *(box for _, _, box in self.option_inputs)}
+                *self.allocation.inputs, *(box for _, _, box in self.option_inputs)}
 
     def read(self, data: dict[Any, Any]) -> forms.RunSettings:
         """The form's values (a Gradio ``{component: value}`` dict) as plain settings."""
@@ -238,11 +239,13 @@ class RunForm:
             group_size=data[self.group_size], unit=data[self.unit] or "", extra_options=data[self.extra],
             protocol=self.protocol.read(data), eval_dense=bool(data[self.eval_dense]),
             save_model=bool(data[self.save_model]), generate=bool(data[self.generate]),
-            options={option: data[box] for owner, option, box in self.option_inputs if owner == name})
+            options={option: data[box] for owner, option, box in self.option_inputs if owner == name},
+            allocation=self.allocation.read(data))
 
 
-def _form(gr: Any, default_model: str, methods: dict[str, dict]) -> RunForm:
+def _form(gr: Any, default_model: str, methods: dict[str, dict], runs_dir: str, history: Any) -> RunForm:
     """The left column: model, method, sparsity, Run / Cancel, then the collapsible options and protocol."""
+    from app.allocation_panel import controls as allocation_controls
     from app.controls import model_controls, protocol_controls
 
     chosen = "wanda" if "wanda" in methods else next(iter(methods))
@@ -265,6 +268,9 @@ def _form(gr: Any, default_model: str, methods: dict[str, dict]) -> RunForm:
     units = forms.units(chosen)
     unit = gr.Dropdown(units, value=units[0] if units else None, visible=bool(units),
                        label="Unit removed (block-scope methods)", elem_id="run-unit")
+    with gr.Accordion("Layer allocation (uniform, OWL, custom) and refinement (DSnoT)", open=False,
+                      elem_id="run-allocation-options"):
+        allocation = allocation_controls(gr, runs_dir=runs_dir, history=history, sparsity=(pattern, percent, nm))
     with gr.Accordion("Method options", open=False):
         groups, option_inputs = _method_controls(gr, methods, chosen)
         extra = gr.Textbox(label="Extra options: key=value per line (override the fields)", lines=2,
@@ -277,7 +283,7 @@ def _form(gr: Any, default_model: str, methods: dict[str, dict]) -> RunForm:
                                elem_id="run-generate")
     return RunForm(model, model_path, method, summary, pattern, percent, nm, quant, group_size, unit, groups,
                    option_inputs, extra, protocol, eval_dense, save_model, generate, run_button,
-                   cancel_button)
+                   cancel_button, allocation)
 
 
 def _outputs(gr: Any) -> dict[str, Any]:
@@ -310,7 +316,7 @@ def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[s
     methods = forms.method_table()
     with gr.Row():
         with gr.Column(scale=1, min_width=340):
-            form = _form(gr, default_model, methods)
+            form = _form(gr, default_model, methods, runs_dir, history)
         with gr.Column(scale=3):
             outputs = _outputs(gr)
     targets = {**outputs, "history": history}

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from app import howto, views
+from app import howto, recover_panel, views
 from app.howto import Plot
 from toolkit.api import list_runs, open_run
 from toolkit.errors import ToolkitError
@@ -120,6 +120,7 @@ def build(gr: Any, *, runs_dir: str) -> dict[str, Any]:
         chosen = gr.Dropdown(choices=[], label="Run", scale=3, elem_id="runs-pick")
         open_button = gr.Button("Open and replay", variant="primary", scale=1, elem_id="runs-open")
     status = gr.Markdown(elem_id="runs-status")
+    recover_panel.build(gr, runs_dir=runs_dir, chosen=chosen)  # fine-tune the picked run, its masks kept
     with gr.Row():
         heatmap = gr.Plot(show_label=False, elem_id="runs-heatmap")
         layers = gr.Plot(show_label=False)
@@ -133,11 +134,16 @@ def build(gr: Any, *, runs_dir: str) -> dict[str, Any]:
         ranking = gr.Plot(show_label=False, elem_id="runs-ranking")
         kept = gr.Plot(show_label=False, elem_id="runs-kept")
     howto.accordions(gr, "runs", Plot.RANKING, Plot.KEPT)
+    with gr.Row():  # each layer's sparsity (uniform, OWL, a ratio file) and DSnoT's refinement
+        allocation = gr.Plot(show_label=False, elem_id="runs-allocation")
+        refine = gr.Plot(show_label=False, elem_id="runs-refine")
+    howto.accordions(gr, "runs", Plot.ALLOCATION, Plot.REFINE)
     warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False)
     result = gr.Markdown()
     generations = gr.HTML(elem_id="runs-generations")
     outputs = {"status": status, "heatmap": heatmap, "layers": layers, "solver": solver, "lambda": lam,
-               "ranking": ranking, "kept": kept, "warnings": warnings, "result": result, "generations": generations,
+               "ranking": ranking, "kept": kept, "allocation": allocation, "refine": refine, "warnings": warnings,
+               "result": result, "generations": generations,
                "howto_layers": notes[Plot.LAYERS], "howto_lambda": notes[Plot.LAMBDA]}
 
     def on_refresh() -> list[Any]:

@@ -1,7 +1,8 @@
-"""The Sweep tab: methods × sparsities × bit widths on one model and protocol, drawn point by point.
+"""The Sweep tab: methods × sparsities × bit widths × allocations on one model and protocol, drawn point by point.
 
-Two curves: perplexity vs sparsity, and perplexity vs bits per weight (scales counted) for the
-quantized points (sweep int2/int3/int4 at a fixed method for the bits curve).
+Two curves: perplexity vs sparsity (one line per method and allocation: uniform, OWL), and
+perplexity vs bits per weight (scales counted) for the quantized points (sweep int2/int3/int4 at a
+fixed method for the bits curve).
 
 :func:`sweep_stream` is the handler's logic as a plain generator (tests drive it): plan the
 configs (:func:`toolkit.sweep.plan`), wait for the device, then follow :func:`toolkit.sweep.run_sweep`
@@ -33,6 +34,7 @@ from toolkit.sweep import COLUMNS, SweepPoint, dense_reference, plan, run_sweep,
 DEFAULT_SPARSITIES = ("10%", "30%", "50%", "70%", "2:4")
 DEFAULT_METHODS = ("magnitude", "wanda", "sparsegpt")
 DEFAULT_BITS = ("none",)
+ALLOCATIONS = {"uniform": "uniform", "OWL": "owl"}  # checkbox label → --allocation (OWL at its defaults M=5, λ=0.08)
 
 
 @dataclass
@@ -44,6 +46,7 @@ class SweepSettings:
     methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
     sparsities: list[str] = field(default_factory=lambda: list(DEFAULT_SPARSITIES))
     bits: list[str] = field(default_factory=lambda: list(DEFAULT_BITS))  # "none" = not quantized
+    allocations: list[str] = field(default_factory=lambda: ["uniform"])  # labels of ALLOCATIONS
     protocol: forms.Protocol = field(default_factory=forms.Protocol)
 
 
@@ -55,13 +58,19 @@ def sweep_configs(settings: SweepSettings, runs_dir: str) -> tuple[list[RunConfi
         raise ToolkitError("pick at least one sparsity (none = quantize only)")
     if not settings.bits:
         raise ToolkitError("pick at least one bit width (none = no quantization)")
+    if not settings.allocations:
+        raise ToolkitError("pick at least one allocation (uniform spreads the sparsity evenly)")
+    unknown = [name for name in settings.allocations if name not in ALLOCATIONS]
+    if unknown:
+        raise ToolkitError(f"unknown allocation {unknown[0]!r}: pick from {', '.join(ALLOCATIONS)}")
     protocol = forms.protocol_fields(settings.protocol)
     protocol["eval_data"] = protocol["eval_data"] or "wiki"  # a sweep always measures perplexity
     # the base carries the model and protocol only: plan() sets each config's method and compression
     base = RunConfig(model=forms.model_name(settings.model, settings.model_path), method="magnitude",
                      sparsity=Unstructured(0.5), **protocol, eval_dense=True, out_dir=runs_dir)
     quants = [None if bits == "none" else bits for bits in settings.bits]
-    return plan(base, settings.methods, list(settings.sparsities), quants)
+    return plan(base, settings.methods, list(settings.sparsities), quants,
+                [ALLOCATIONS[name] for name in settings.allocations])
 
 
 def table(points: list[SweepPoint]) -> list[list[Any]]:
@@ -84,7 +93,8 @@ def _view(points: list[SweepPoint], total: int, current: RunView, now: float, no
     head = f"**{len(points)} of {total} points** ({reused} reused from the run store)"
     if current.status == "running":
         head += f" · now {current.method} {current.sparsity}: {progress_line(current, now)}"
-    failed = [f"{p.method} {p.sparsity}: {p.error}" for p in points if p.status == "failed"]
+    failed = [f"{p.method} {p.sparsity}{'' if p.allocation == 'uniform' else ' ' + p.allocation}: {p.error}"
+              for p in points if p.status == "failed"]
     lines = [head, *(f"⚠ {line}" for line in failed), *(f"skipped: {note}" for note in notes)]
     rows = [p.to_dict() for p in points]
     dense = dense_reference(points)
@@ -176,6 +186,8 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
                                           label="Sparsities", elem_id="sweep-sparsities")
             bits = gr.CheckboxGroup(list(forms.SWEEP_BITS), value=list(DEFAULT_BITS), elem_id="sweep-bits",
                                     label="Bits (group 128; quantizing methods only)")
+            allocations = gr.CheckboxGroup(list(ALLOCATIONS), value=["uniform"], elem_id="sweep-allocations",
+                                           label="Layer allocation (each sparsity with each; OWL: unstructured only)")
             with gr.Accordion("Calibration, evaluation, device", open=False):
                 protocol = protocol_controls(gr, evaluate_toggle=False, prefix="sweep")
             with gr.Row():
@@ -202,7 +214,7 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
     def handler(data: dict, request: gr.Request) -> Iterator[dict]:  # pyright: ignore[reportInvalidTypeForm]
         settings = SweepSettings(model=data[model], model_path=data[model_path], methods=list(data[methods] or []),
                                  sparsities=list(data[sparsities] or []), bits=list(data[bits] or []),
-                                 protocol=protocol.read(data))
+                                 allocations=list(data[allocations] or []), protocol=protocol.read(data))
         for update in sweep_stream(settings, runs_dir=runs_dir, session=session_of(request)):
             notice = update.pop("notice", None)
             if notice:
@@ -218,7 +230,8 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
         job.finished.wait(20.0)
         return "**■ sweep cancelled**; finished points stay in the run store and are reused next time."
 
-    event = start.click(handler, inputs={model, model_path, methods, sparsities, bits, *protocol.components},
+    event = start.click(handler, inputs={model, model_path, methods, sparsities, bits, allocations,
+                                         *protocol.components},
                         outputs=list(outputs.values()), concurrency_limit=16, show_progress="hidden")
     stop.click(cancel, inputs=None, outputs=status, cancels=[event], concurrency_limit=None, show_progress="hidden")
     return outputs

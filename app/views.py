@@ -33,11 +33,12 @@ def visible(view: RunView) -> dict[str, bool]:
 
     The convergence panel shows for a solver trace (FISTAPruner, AWP), Thanos' block steps or a
     structured run's Newton steps; the λ panel for FISTAPruner's λ bisection or AWP's projection
-    trace. A magnitude, Wanda or SparseGPT run never fills them, so they stay hidden all run.
+    trace. A magnitude, Wanda or SparseGPT run never fills them, so they stay hidden all run. The
+    refinement panel shows once DSnoT refined a linear (``--refine dsnot``).
     """
     solver = bool(view.solver.steps or view.blocks.steps or view.structure.newton)
     lam = bool(view.lambdas.steps) or viz_quant.has_projection_trace(view.solver.steps)
-    return {"solver": solver, "lambda": lam}
+    return {"solver": solver, "lambda": lam, "refine": bool(view.allocation.refined)}
 
 
 STATUS_WORDS = {"running": "▶ running", "finished": "✓ finished", "failed": "✗ failed", "cancelled": "■ cancelled",

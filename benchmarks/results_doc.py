@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from benchmarks.results_allocation import ALLOCATION_SECTIONS
 from benchmarks.results_read import RESULTS, ROOT, Lines, Section, commits, protocol_lines, records_of, rel, stamps
 from benchmarks.results_render import (
     render_app_load,
@@ -281,6 +282,7 @@ python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four run
         "--out benchmarks/results/dashboard_smollm2.json",
     ),
     *SCALE_SECTIONS,
+    *ALLOCATION_SECTIONS,
     Section(
         "Weight digests: did a change move any pruned weight?",
         ("digest_*.jsonl",),

@@ -5,6 +5,7 @@
 - :func:`run`: an event generator (the engine runs in a worker thread so solver events arrive
   live); closing the generator cancels the run.
 - :func:`prune_model`: the same run, drained, with an ``on_event`` callback; returns the result.
+- :func:`recover_model`: a recovery fine-tune of a saved run that keeps its masks (a new, linked run).
 - :func:`list_methods`, :func:`list_runs`, :func:`open_run`: registry and run store for the UIs;
   :func:`device_slot`: which physical device a job waits for.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.data.text import check_text_source
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CancelToken", "RunConfig", "evaluate_model", "find_finished", "list_methods", "list_runs", "open_run",
-    "prune_model", "run",
+    "prune_model", "recover_model", "run",
 ]
 
 
@@ -155,3 +157,26 @@ def evaluate_model(
     protocol = {"model": loaded.name, "model_label": loaded.label, "dataset": data, "split": "test",
                 "seqlen": seq_len, "windows": int(windows.shape[0]), "tokens": int(windows.numel())}
     return value, protocol
+
+
+def recover_model(
+    *, run: str | Path, on_event: Callable[[Event], None] | None = None, cancel: CancelToken | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None, **settings: Any,
+) -> dict[str, Any]:
+    """Recovery fine-tune of the saved run ``run`` (a run folder) with its keep-masks kept; returns the result dict.
+
+    Masked LoRA (ΔW = (alpha/rank · B A) ⊙ M) on the parent's calibration text, merged, saved as a
+    new run in the same store, linked to its parent, with perplexity before and after
+    (:mod:`toolkit.run.recover`; docs/recover.md). ``settings`` are the fields of
+    :class:`toolkit.run.recover_config.RecoverConfig`: ``steps``, ``rank``, ``alpha``, ``lr``,
+    ``batch_size``, ``seqlen``, ``seed``, ``eval_windows``, ``device``, ``out_dir``. Raises
+    :class:`ToolkitError` for bad input before any work, :class:`RunCancelled` when cancelled.
+    """
+    from toolkit.run.recover import recover
+    from toolkit.run.recover_config import SETTINGS, RecoverConfig
+
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise ToolkitError(f"unknown recovery setting {unknown[0]!r}: use {', '.join(SETTINGS)}")
+    config = RecoverConfig(run_dir=str(run), **settings)
+    return recover(config, on_event or (lambda event: None), cancel or CancelToken(), on_progress)

@@ -150,7 +150,7 @@ class LayerDone(Event):
 
 @dataclass(frozen=True, slots=True)
 class EvalPoint(Event):
-    """A perplexity measurement; ``which`` is "dense" or "pruned"; ``cached``: read from the dense cache."""
+    """A perplexity measurement; ``which``: "dense", "pruned" or "recovered"; ``cached``: read from the dense cache."""
 
     kind: ClassVar[str] = "EvalPoint"
     dataset: str
@@ -248,6 +248,41 @@ class LayerScored(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class AllocationPlanned(Event):
+    """The plan phase spread the run's sparsity over the decoder layers (toolkit/spec/allocation.py).
+
+    ``ratios`` holds every layer's sparsity s_l; ``outlier_ratios`` OWL's LOD_l (empty for a file);
+    ``total`` the weight-weighted mean of the ratios (= the run's target).
+    """
+
+    kind: ClassVar[str] = "AllocationPlanned"
+    allocation: str
+    ratios: list[float]
+    outlier_ratios: list[float]
+    total: float
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class MaskRefined(Event):
+    """DSnoT refined one linear's mask (toolkit/methods/dsnot.py): swaps made and the objectives before/after.
+
+    ``expected_error_*`` is ‖e‖₂/‖Wμ‖₂ (DSnoT's objective); ``rel_error_*`` the measured
+    ‖ΔW X*‖/‖W X*‖ of the method's mask and of the refined one.
+    """
+
+    kind: ClassVar[str] = "MaskRefined"
+    layer: int
+    name: str
+    swaps: int
+    cycles: int
+    expected_error_before: float
+    expected_error_after: float
+    rel_error_before: float
+    rel_error_after: float
+
+
+@dataclass(frozen=True, slots=True)
 class GlobalRanking(Event):
     """One ranking of every candidate unit of every layer; units scoring ≤ ``threshold`` were removed.
 
@@ -301,7 +336,8 @@ class UnitsRemoved(Event):
     kept_map: str = ""
 
 
-EVENT_TYPES.update({cls.kind: cls for cls in (LayerScored, GlobalRanking, UnitsRemoved)})
+EVENT_TYPES.update({cls.kind: cls for cls in (LayerScored, GlobalRanking, UnitsRemoved, AllocationPlanned,
+                                               MaskRefined)})
 
 
 # ---- Evaluation as events (zero-shot accuracy and evaluation progress) -----------------------------
@@ -350,3 +386,15 @@ class Generated(Event):
 
 
 EVENT_TYPES.update({cls.kind: cls for cls in (EvalProgress, TaskScore, Generated)})
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryStep(Event):
+    """One step of a recovery fine-tune (toolkit.run.recover): causal-LM ``loss`` (mean token NLL), learning rate."""
+
+    kind: ClassVar[str] = "RecoveryStep"
+    step: int  # 1-based; the run's RunStarted.options["steps"] is the total
+    loss: float
+    lr: float
+
+EVENT_TYPES[RecoveryStep.kind] = RecoveryStep  # one blank line: this module is at the 400-line limit

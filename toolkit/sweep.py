@@ -1,7 +1,7 @@
-"""Sweeps: methods × sparsities × bit widths on one model and protocol, reusing runs already in the store.
+"""Sweeps: methods × sparsities × bit widths × allocations on one model and protocol, reusing stored runs.
 
 :func:`plan` turns a base :class:`~toolkit.api.RunConfig` into one config per (method, sparsity,
-grid) the method supports; :func:`run_sweep` runs them in order, yielding each run's live events and a
+grid, allocation) the method supports; :func:`run_sweep` runs them in order, yielding each run's live events and a
 :class:`SweepPoint` when a run ends. A config whose experiment is already in the run store
 (:func:`toolkit.api.find_finished` on :meth:`RunConfig.reuse_key`) is reused, not recomputed.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -20,11 +21,12 @@ from toolkit.api import CancelToken, RunConfig, find_finished, open_run, run
 from toolkit.errors import ToolkitError
 from toolkit.events import Event, RunFailed, RunFinished, RunStarted
 from toolkit.methods import get_method
+from toolkit.spec.allocation import UNIFORM, Allocation, parse_allocation
 from toolkit.spec.compression import QuantSpec, parse_quant, target_kind
 from toolkit.spec.targets import Target, parse_sparsity
 
 COLUMNS = ("method", "sparsity", "achieved_sparsity", "ppl", "dense_ppl", "prune_seconds", "status", "reused", "run_id",
-           "pattern", "quant", "bits_per_weight", "accuracy", "dense_accuracy")
+           "pattern", "quant", "bits_per_weight", "accuracy", "dense_accuracy", "allocation")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class SweepPoint:
     error: str = ""
     quant: str = ""  # the grid's label (int4:g128), "" when not quantized
     bits_per_weight: float = math.nan  # storage bits per linear weight, scales and zero points counted
+    allocation: str = "uniform"  # how the sparsity was spread over the layers: uniform | owl:M,λ | a file
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (the figure builders and the CSV take these)."""
@@ -59,31 +62,35 @@ class SweepPoint:
 
 def plan(
     base: RunConfig, methods: Sequence[str], sparsities: Sequence[str | Target | None],
-    quants: Sequence[str | QuantSpec | None] = (None,),
+    quants: Sequence[str | QuantSpec | None] = (None,), allocations: Sequence[str | Allocation] = (UNIFORM,),
 ) -> tuple[list[RunConfig], list[str]]:
-    """Configs for every (method, sparsity, grid) a method supports, and a note for each one skipped.
+    """Configs for every (method, sparsity, grid, allocation) a method supports, and a note for each one skipped.
 
     ``sparsities`` are targets, the user's text (parsed once, here) or None/"none" (quantize only);
     ``quants`` are grids (``int4``, ``int3:g64``) or None (no quantization): sweeping bits at a fixed
-    method gives the perplexity vs bits-per-weight curve. Every config measures the dense perplexity
-    too (``eval_dense``; cached after the first). Raises :class:`ToolkitError` when no triple is
-    left or the base has no evaluation.
+    method gives the perplexity vs bits-per-weight curve. ``allocations`` (``uniform``, ``owl``,
+    ``owl:M,λ``; docs/allocation.md) runs each sparsity once per allocation: one curve per
+    allocation; a non-uniform one only pairs with unstructured sparsities (the others are skipped
+    with RunConfig's reason). Every config measures the dense perplexity too (``eval_dense``; cached
+    after the first). Raises :class:`ToolkitError` when nothing is left, for an unreadable allocation,
+    or when the base has no evaluation.
     """
     if base.eval_data is None:
         raise ToolkitError("a sweep needs evaluation on: it plots perplexity")
     targets = [None if s is None or s == "none" else parse_sparsity(s) for s in sparsities]
     grids = [parse_quant(q) for q in quants]
+    spreads = list(dict.fromkeys(parse_allocation(a) for a in allocations or (UNIFORM,)))
     configs, skipped = [], []
     for method in methods:
         get_method(method)  # an unknown name is the user's mistake, not a pair to skip
-        for target in targets:
-            for grid in grids:
-                try:
-                    configs.append(dataclasses.replace(base, method=method, sparsity=target, quant=grid,
-                                                       eval_dense=True))
-                except ToolkitError as exc:  # the method cannot meet this spec: say so, sweep the rest
-                    label = "+".join(str(x) for x in (target, grid) if x is not None) or "nothing"
-                    skipped.append(f"{method} {label}: {exc}")
+        for target, grid, spread in itertools.product(targets, grids, spreads):
+            try:
+                configs.append(dataclasses.replace(base, method=method, sparsity=target, quant=grid,
+                                                   allocation=spread, eval_dense=True))
+            except ToolkitError as exc:  # the method cannot meet this spec: say so, sweep the rest
+                label = "+".join(str(x) for x in (target, grid) if x is not None) or "nothing"
+                where = "" if spread.uniform else f" ({spread.label})"
+                skipped.append(f"{method} {label}{where}: {exc}")
     if not configs:
         raise ToolkitError("nothing to sweep: pick at least one method and one sparsity or bit width it supports")
     return configs, skipped
@@ -93,20 +100,26 @@ class _Labels(TypedDict):
     sparsity: str
     pattern: str
     quant: str
+    allocation: str
 
 
-def _labels(config: RunConfig) -> _Labels:
-    """``sparsity`` (the compression's label) and ``pattern`` of a config's point."""
+def _labels(config: RunConfig, ran: dict[str, Any] | None = None) -> _Labels:
+    """``sparsity`` (the compression's label) and ``pattern`` of a config's point.
+
+    ``ran`` is the compression as the run recorded it (RunStarted, result.json): its labels name a
+    quantization group fitted to the model (``int4`` → ``int4:g64``), which the config does not know.
+    """
     pattern = "none" if config.sparsity is None else target_kind(config.sparsity)
-    return {"sparsity": config.compression.label, "pattern": pattern,
-            "quant": "" if config.quant is None else config.quant.label}
+    ran = ran if ran and ran.get("label") else config.compression.to_dict()
+    return {"sparsity": ran["label"], "pattern": pattern, "quant": (ran.get("quant") or {}).get("label", ""),
+            "allocation": parse_allocation(config.allocation).label}
 
 
 def point_from_result(config: RunConfig, result: dict[str, Any], *, reused: bool) -> SweepPoint:
     """The point of a finished run's result dict (result.json)."""
     data = config.eval_data or ""
     ppl, dense = result.get("ppl") or {}, result.get("dense_ppl") or {}
-    return SweepPoint(method=config.method, **_labels(config),
+    return SweepPoint(method=config.method, **_labels(config, result.get("compression")),
                       achieved_sparsity=_num(result.get("achieved_sparsity")), ppl=_num(ppl.get(data)),
                       dense_ppl=_num(dense.get(data)), **mean_accuracy(result),
                       prune_seconds=_num(result.get("prune_seconds")), reused=reused,
@@ -160,12 +173,12 @@ def _run_one(config: RunConfig, cancel: CancelToken) -> Iterator[Event]:
 
     The run's generator is always drained: closing it early would cancel the shared token.
     """
-    run_id, finished, failed = "", None, None
+    run_id, finished, failed, ran = "", None, None, None
     try:
         for event in run(config, cancel):
             yield event
             if isinstance(event, RunStarted):
-                run_id = event.run_id
+                run_id, ran = event.run_id, event.compression
             elif isinstance(event, RunFinished):
                 finished = event
             elif isinstance(event, RunFailed):
@@ -175,7 +188,7 @@ def _run_one(config: RunConfig, cancel: CancelToken) -> Iterator[Event]:
     if finished is not None:
         data = config.eval_data or ""
         stored = open_run(Path(config.out_dir) / run_id).result if config.tasks else None
-        return SweepPoint(method=config.method, **_labels(config), achieved_sparsity=finished.achieved_sparsity,
+        return SweepPoint(method=config.method, **_labels(config, ran), achieved_sparsity=finished.achieved_sparsity,
                           ppl=_num(finished.ppl.get(data)), dense_ppl=_num(finished.dense_ppl.get(data)),
                           **mean_accuracy(stored or {}), prune_seconds=finished.prune_seconds, run_id=run_id,
                           bits_per_weight=_num(finished.bits_per_weight))
@@ -220,6 +233,7 @@ def stored_points(records: Sequence[Any], model: str | None = None) -> list[Swee
         pattern = sparsity.get("kind", "unknown") if isinstance(sparsity, dict) else "none"
         quant = compression.get("quant")
         points.append(SweepPoint(method=str(config.get("method")), sparsity=str(compression.get("label")),
+                                 allocation=str(config.get("allocation") or UNIFORM),
                                  pattern=pattern, quant=str(quant.get("label", "")) if isinstance(quant, dict) else "",
                                  bits_per_weight=_num((result.get("accounting") or {}).get("bits_per_weight")),
                                  achieved_sparsity=_num(result.get("achieved_sparsity")), ppl=_num(ppl.get(data)),

@@ -21,7 +21,7 @@ TINY = ["--model", "tiny-llama", "--nsamples", "4", "--seqlen", "64", "--eval-se
 def test_prune_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "runs"
     code = main(["prune", *TINY, "--method", "sparsegpt", "--sparsity", "2:4", "--eval-dense", "--set",
-                 "block_size=32", "--out", str(out), "--json", str(tmp_path / "r.json")])
+                 "block_size=32", "--out", str(out), "--save-model", "--json", str(tmp_path / "r.json")])
     assert code == 0
     result = json.loads((tmp_path / "r.json").read_text())
     assert set(result) >= RESULT_KEYS
@@ -99,6 +99,36 @@ def test_bad_input_from_the_shell_is_one_line_without_a_traceback(tmp_path: Path
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("error:") and "0 < n < m" in lines[-1] and "Traceback" not in proc.stderr
+
+
+def test_out_alone_records_the_run_and_saves_no_model(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--out chooses the run store only: no checkpoint, and the summary says how to get one."""
+    assert main(["prune", *TINY, "--out", str(tmp_path / "runs"), "--json", str(tmp_path / "r.json")]) == 0
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["checkpoint"] is None and not (Path(result["run_dir"]) / "model").exists()
+    assert not result["accounting"]["checkpoint_bytes"]
+    out = capsys.readouterr().out
+    assert "model not saved (add --save-model to write a loadable checkpoint)" in out and "on disk" not in out
+
+
+def test_a_group_no_checkpoint_can_hold_is_fine_without_save_model(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    """tiny-llama's 64-wide rows are not whole groups of 48: only a checkpoint needs whole groups."""
+    assert main(["prune", *TINY, "--method", "rtn", "--quant", "int4:g48", "--out", str(tmp_path / "runs")]) == 0
+    printed = capsys.readouterr()
+    assert "--save-model" not in printed.err
+    assert "model not saved (add --save-model to write a loadable checkpoint)" in printed.out
+    (record,) = list_runs(tmp_path / "runs")
+    assert record.status == "finished" and len(record.quant_names()) == 14 and not (record.path / "model").exists()
+
+
+def test_save_model_says_where_the_checkpoint_is_and_its_size(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["prune", *TINY, "--eval", "none", "--out", str(tmp_path / "runs"), "--save-model", "--json",
+                 str(tmp_path / "r.json")]) == 0
+    checkpoint = json.loads((tmp_path / "r.json").read_text())["checkpoint"]
+    assert Path(checkpoint["folder"], "config.json").is_file()
+    line = f"model saved: {checkpoint['folder']} ({checkpoint['bytes'] / 2**20:.2f} MiB on disk)"
+    assert line in capsys.readouterr().out.splitlines()
 
 
 def test_methods_lists_options(capsys: pytest.CaptureFixture) -> None:

@@ -50,8 +50,8 @@ def test_bad_task_from_the_shell_has_no_traceback() -> None:
 
 def test_eval_with_tasks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "eval.json"
-    assert main(["eval", "--model", "tiny-llama", "--seqlen", "64", "--windows", "2", "--tasks", "rte,arc_challenge",
-                 "--limit", "2", "--json", str(out)]) == 0
+    assert main(["eval", "--model", "tiny-llama", "--data", "wiki", "--seqlen", "64", "--windows", "2", "--tasks",
+                 "rte,arc_challenge", "--limit", "2", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "ppl (wiki" in printed and "rte " in printed and "arc_challenge" in printed and "mean" in printed
     assert "lm-eval's stock arc_challenge scores test" in printed
@@ -72,8 +72,8 @@ def test_eval_with_tasks_loads_the_model_once(tmp_path: Path, monkeypatch: pytes
         return real(name, **options)
 
     monkeypatch.setattr(toolkit.models.load, "load_model", counted)
-    assert main(["eval", "--model", "tiny-llama", "--seqlen", "64", "--windows", "1", "--tasks", "rte",
-                 "--limit", "1", "--task-data", "local"]) == 0
+    assert main(["eval", "--model", "tiny-llama", "--data", "wiki", "--seqlen", "64", "--windows", "1", "--tasks",
+                 "rte", "--limit", "1", "--task-data", "local"]) == 0
     assert loads == ["tiny-llama"]
 
 

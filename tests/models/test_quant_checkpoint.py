@@ -69,4 +69,4 @@ def test_out_without_save_model_skips_the_awq_checkpoint_and_says_so(tmp_path: P
                                                                      capsys: pytest.CaptureFixture) -> None:
     result = run_cli(tmp_path, ["--method", "awq", "--quant", "int4:g32", "--set", "n_grid=2", "--set", "clip=off"])
     assert result["checkpoint"] is None and not (Path(result["run_dir"]) / "model").exists()
-    assert "note: no checkpoint saved: awq" in capsys.readouterr().out
+    assert "model not saved: awq states need their input scale folded" in capsys.readouterr().out

@@ -114,3 +114,26 @@ def test_refuses_what_the_format_cannot_hold(tmp_path: Path) -> None:
     with pytest.raises(ToolkitError, match=r"nn\.Linear"):
         save_quantized(gpt2.model, gpt2.codec, tmp_path / "c", {conv: quantize(torch.randn(192, 64), QuantSpec(4))})
     assert not any(tmp_path.iterdir())
+
+
+def test_a_per_layer_model_saves_quantized_with_its_structure(tmp_path: Path) -> None:
+    from tests.helpers.block_models import prune, tiny
+    from toolkit.models.sources import is_shrunk
+    from toolkit.models.tokenizers import ByteCodec
+
+    model = tiny("qwen2")
+    prune(model, ratio="structured:40%")
+    states = fake_quantize_(model, QuantSpec(4, 0))  # one group per row: every width holds it
+    ids = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model(ids).logits
+    report = save_quantized(model, ByteCodec(), tmp_path / "q", states)
+    assert report["per_layer"] and is_shrunk(tmp_path / "q")
+    assert [p.name for p in tmp_path.iterdir()] == ["q"]
+    reloaded = load_model(str(tmp_path / "q"))
+    assert "per-layer shapes; pack-quantized, dequantized" in reloaded.label
+    with torch.no_grad():
+        got = reloaded.model(ids).logits
+    assert torch.allclose(got, expected, rtol=1e-4, atol=1e-5 * float(expected.abs().max()))
+    for name, module in decoder_linears(model).items():
+        assert torch.equal(reloaded.model.get_submodule(name).weight.data, module.weight.data)

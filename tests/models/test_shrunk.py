@@ -66,3 +66,42 @@ def test_unknown_marker_format_is_refused(tmp_path: Path) -> None:
     (folder / MARKER).write_text(json.dumps({"format": "other/9"}))
     with pytest.raises(ToolkitError, match="unknown format"):
         load_shrunk(folder)
+
+
+def _per_layer_folder(tmp_path: Path) -> tuple[torch.nn.Module, Path]:
+    model = tiny("llama")
+    prune(model, ratio="structured:40%")
+    return model, save_shrunk(model, ByteCodec(), tmp_path / "per-layer")
+
+
+def test_plain_transformers_refuses_a_per_layer_folder_naming_the_loader(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    model, folder = _per_layer_folder(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    assert "toolkit.load_model" in config["model_type"]
+    for loader in (AutoModelForCausalLM, LlamaForCausalLM):  # the Auto class, and the concrete one
+        for options in ({}, {"ignore_mismatched_sizes": True}):  # transformers' own hint for a size mismatch
+            with pytest.raises(Exception, match=r"toolkit\.load_model"):
+                loader.from_pretrained(folder, **options)
+    reloaded = load_model(str(folder))
+    torch.testing.assert_close(logits(reloaded.model), logits(model), atol=1e-6, rtol=0)
+    assert reloaded.model.config.model_type == "llama" and reloaded.model.config.tie_word_embeddings is False
+    assert "per-layer shapes" in reloaded.label
+
+
+def test_a_per_layer_folder_of_the_first_format_still_loads(tmp_path: Path) -> None:
+    model, folder = _per_layer_folder(tmp_path)
+    record = json.loads((folder / MARKER).read_text())  # written before config.json named the loader
+    config = json.loads((folder / "config.json").read_text()) | record.pop("config")
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / MARKER).write_text(json.dumps(record | {"format": "prunelab-shrunk/1"}))
+    assert config["model_type"] == "llama"
+    torch.testing.assert_close(logits(load_model(str(folder)).model), logits(model), atol=1e-6, rtol=0)
+
+
+def test_a_model_loaded_per_layer_and_saved_again_stays_per_layer(tmp_path: Path) -> None:
+    model, folder = _per_layer_folder(tmp_path)
+    again = save_shrunk(load_model(str(folder)).model, ByteCodec(), tmp_path / "again")
+    assert is_shrunk(again)
+    torch.testing.assert_close(logits(load_model(str(again)).model), logits(model), atol=1e-6, rtol=0)

@@ -63,7 +63,7 @@ def test_ctrl_c_during_the_pruned_perplexity_says_the_pruning_is_saved(tmp_path:
                                                                        capsys: pytest.CaptureFixture) -> None:
     monkeypatch.setattr(pipeline, "_eval", _failing_eval(KeyboardInterrupt()))
     argv = ["prune", "--model", "tiny-llama", "--nsamples", "2", "--seqlen", "32", "--eval-seqlen", "32",
-            "--eval-windows", "2", "--out", str(tmp_path)]
+            "--eval-windows", "2", "--out", str(tmp_path), "--save-model"]
     assert main(argv) == 130
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("cancelled", "error"))]
     (record,) = list_runs(tmp_path)

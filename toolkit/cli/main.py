@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import signal
 import sys
@@ -20,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from toolkit.cli.protocol import add_protocol_args
 from toolkit.engine.options import FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL, STORAGE_DTYPES
 from toolkit.errors import RunCancelled, ToolkitError
 
@@ -33,15 +33,6 @@ def parse_set(items: Sequence[str]) -> dict[str, str]:
             raise ToolkitError(f"--set takes key=value, got {item!r}")
         options[key.strip()] = value.strip()
     return options
-
-
-def _windows(text: str | None) -> int | None:
-    if text is None or text == "all":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise ToolkitError(f"--eval-windows takes a number or 'all', got {text!r}") from None
 
 
 def _task_args(parser: argparse.ArgumentParser, limit_flag: str, what: str) -> None:
@@ -69,15 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unit", default=None, help="structural unit a block-scope method removes: heads | channels | "
                    "heads+channels (needs --sparsity structured:P%%)")
     p.add_argument("--calib", default="wiki", help="wiki | wikitext2 | c4 | ptb | FILE.txt")
-    p.add_argument("--nsamples", type=int, default=32)
-    p.add_argument("--seqlen", type=int, default=512)
+    add_protocol_args(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval", default=None, help="evaluation text, or 'none' (default: wiki; none with --stream)")
     p.add_argument("--encoding", default="utf-8", help="encoding of --calib / --eval text files (e.g. latin-1)")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for tensor ops (default: torch's, or $PRUNELAB_THREADS)")
-    p.add_argument("--eval-seqlen", type=int, default=512)
-    p.add_argument("--eval-windows", default=None, help="score only the first N windows (default: all)")
     p.add_argument("--eval-dense", action="store_true", help="also report the dense perplexity (cached)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a method option")
     p.add_argument("--propagate", default=None, choices=PROPAGATE, help="default: the method's")
@@ -88,8 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "in memory); same numbers as off, one forward per layer instead of 3–4")
     p.add_argument("--error-windows", type=int, default=4,
                    help="calibration windows behind each layer's output error (and Wanda's reported rel_error)")
-    p.add_argument("--out", default=None, help="run store folder; given, the pruned model is saved there too")
-    p.add_argument("--save-model", action="store_true", help="save the pruned checkpoint in the run folder")
+    p.add_argument("--out", default=None, help="run store folder (default: runs); holds the run record, "
+                   "not the model unless --save-model")
+    p.add_argument("--save-model", action="store_true",
+                   help="also write the compressed model as a loadable checkpoint in the run folder (<run>/model)")
     p.add_argument("--stream", action="store_true",
                    help="read a local checkpoint folder one decoder layer at a time and write the pruned one as shards "
                         "(host memory: one layer, the activations and the embeddings; see docs/scale.md)")
@@ -108,11 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_other_commands(sub: Any) -> None:
     """The eval, generate, methods and runs sub-commands."""
-    e = sub.add_parser("eval", help="perplexity of a model")
+    e = sub.add_parser("eval", help="perplexity and zero-shot accuracy of a model (only what is asked)")
     e.add_argument("--model", default="smollm2-135m")
-    e.add_argument("--data", default="wiki")
-    e.add_argument("--seqlen", type=int, default=512)
-    e.add_argument("--windows", default=None)
+    e.add_argument("--data", default=None, help="perplexity text (wiki | wikitext2 | c4 | ptb | FILE.txt), or none "
+                   "(default: wiki without --tasks; with --tasks, no perplexity unless given)")
+    e.add_argument("--seqlen", type=int, default=512, help="tokens per perplexity window")
+    e.add_argument("--windows", default=None, help="score only the first N windows (default: all)")
     e.add_argument("--encoding", default="utf-8", help="encoding of a --data text file (e.g. latin-1)")
     e.add_argument("--device", default="auto")
     e.add_argument("--dtype", default="auto", choices=STORAGE_DTYPES,
@@ -133,7 +124,7 @@ def _add_other_commands(sub: Any) -> None:
 
 
 def _add_scale_options(p: argparse.ArgumentParser) -> None:
-    """The prune options for speed and scale: forward precision, torch.distributed."""
+    """The prune options for speed and scale (forward precision, torch.distributed) and the layer plan."""
     p.add_argument("--forward-dtype", default="auto", choices=FORWARD_DTYPES,
                    help="the layers' forward passes: auto = bf16 on a GPU, fp32 on a CPU; bf16 asks for it on a CPU "
                         "(fp32 with a warning where the device has no bf16); statistics and solves stay float32")
@@ -146,6 +137,11 @@ def _add_scale_options(p: argparse.ArgumentParser) -> None:
                         "(needs --propagate dense)")
     p.add_argument("--dist-timeout", type=float, default=1800.0,
                    help="seconds a rank waits for another before the distributed run fails")
+    p.add_argument("--allocation", default="uniform",
+                   help="per-layer sparsity: uniform | owl (outlier-weighted, OWL) | owl:M,λ | FILE.json of per-layer "
+                        "ratios (docs/allocation.md)")
+    p.add_argument("--refine", default=None,
+                   help="refine each mask after the method: dsnot | dsnot:N[,ε[,all]] (DSnoT; docs/allocation.md)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -159,14 +155,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "prune":
             return _prune(args)
         if args.command == "eval":
-            return _eval(args)
+            from toolkit.cli.evaluate import eval_command
+
+            return eval_command(args)
         if args.command == "methods":
             return _methods(args)
         if args.command == "generate":
             return _generate(args)
         return _runs(args)
     except ToolkitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from toolkit.cli.distributed import report_error  # under torchrun, rank 0 alone says an input error
+
+        report_error(exc, getattr(args, "distributed", False))
         return 2
     except (RunCancelled, KeyboardInterrupt) as exc:
         print(f"cancelled: {cancel_message(exc)}", file=sys.stderr)
@@ -204,6 +204,7 @@ def environment_message(exc: BaseException) -> str:
 
 def _prune(args: argparse.Namespace) -> int:
     from toolkit.api import RunConfig
+    from toolkit.cli.protocol import protocol_line, resolve_sizes
     from toolkit.evaluation.tasks import parse_task_names
     from toolkit.methods import get_method
     from toolkit.run.preflight import check_writable_file
@@ -216,47 +217,48 @@ def _prune(args: argparse.Namespace) -> int:
     eval_data = None if eval_text.lower() == "none" else eval_text
     sparsity = args.sparsity if args.sparsity is not None or args.quant is not None else "50%"
     compression = parse_compression(sparsity, args.quant, args.unit)  # parsed once, here at the edge
-    # --out saves the model too, except a quantization whose states no checkpoint format holds (AWQ)
-    unsavable = compression.quant is not None and not get_method(args.method).saves_quant
-    save_model = args.save_model or (args.out is not None and not unsavable)
+    sizes = resolve_sizes(args)
     config = RunConfig(
         model=args.model, method=args.method, sparsity=compression.sparsity, quant=compression.quant,
         unit=compression.unit, options=parse_set(args.set),
-        calib=args.calib, nsamples=args.nsamples, seqlen=args.seqlen, seed=args.seed, eval_data=eval_data,
-        eval_seqlen=args.eval_seqlen, eval_windows=_windows(args.eval_windows), eval_dense=args.eval_dense,
+        calib=args.calib, nsamples=sizes.nsamples, seqlen=sizes.seqlen, seed=args.seed, eval_data=eval_data,
+        eval_seqlen=sizes.eval_seqlen, eval_windows=sizes.eval_windows, eval_dense=args.eval_dense,
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
         fused=args.fused, error_windows=args.error_windows, devices=args.devices, forward_dtype=args.forward_dtype,
         dtype=args.dtype, stream=args.stream,
         distributed=args.distributed, dist_timeout=args.dist_timeout,
-        out_dir=args.out or "runs", save_model=save_model, encoding=args.encoding, threads=pick_threads(args.threads),
+        out_dir=args.out or "runs", save_model=args.save_model, encoding=args.encoding,
+        threads=pick_threads(args.threads),
         tasks=tuple(parse_task_names(args.tasks)) if args.tasks is not None else (), task_limit=args.task_limit,
-        task_data=args.task_data, generate=args.generate,
+        task_data=args.task_data, generate=args.generate, allocation=args.allocation, refine=args.refine,
     )
-    note = "" if args.out is None or save_model else (
-        f"note: no checkpoint saved: {args.method} states need their input scale folded into the "
-        "preceding op, which pack-quantized cannot hold (the run record has the codes and scales)")
+    # a quantization whose states no checkpoint format holds (AWQ) is never saved: say why, not "add --save-model"
+    unsavable = compression.quant is not None and not get_method(args.method).saves_quant
+    not_saved = (f"{args.method} states need their input scale folded into the preceding op, which no checkpoint "
+                 "format holds (the run record has the codes and scales)") if unsavable else ""
+    start = protocol_line(sizes, eval_data)
     if config.distributed:
         from toolkit.cli.distributed import prune_distributed
 
-        return prune_distributed(config, lambda: _prune_here(config, args.json, note))
-    return _prune_here(config, args.json, note)
+        return prune_distributed(config, lambda: _prune_here(config, args.json, start, not_saved))
+    return _prune_here(config, args.json, start, not_saved)
 
 
-def _prune_here(config: Any, json_path: str | None, note: str = "") -> int:
+def _prune_here(config: Any, json_path: str | None, start: str, not_saved: str = "") -> int:
+    """Print ``start`` (the protocol line), run with progress bars, then the tables and the summary."""
     from toolkit.api import prune_model
-    from toolkit.cli.view import ProgressView, layer_table, summary
+    from toolkit.cli.view import ProgressView, layer_table, summary, write_json
 
+    print(start, flush=True)  # before any work: which protocol, its sizes, the other one
     view = ProgressView()
     try:
         result = prune_model(config, on_event=view.on_event)
     finally:
         view.close()
     print(layer_table(result))
-    summary(result)
-    if note:
-        print(note)
+    summary(result, not_saved)
     if json_path:
-        _write_json(json_path, result)
+        write_json(json_path, result)
     return _report_extras(result)
 
 
@@ -276,49 +278,8 @@ def _report_extras(result: dict[str, Any]) -> int:
     return 1 if errors else 0
 
 
-def _eval(args: argparse.Namespace) -> int:
-    from toolkit.api import evaluate_model
-    from toolkit.cli.zeroshot import check_zero_shot_args
-    from toolkit.data.text import check_text_source
-    from toolkit.models.load import load_model
-    from toolkit.models.sources import check_model_source
-    from toolkit.run.preflight import check_window, check_writable_file
-    from toolkit.runtime.devices import resolve_device
-
-    specs = check_zero_shot_args(args.tasks, args.limit, args.task_data)  # before any model loads
-    if args.json:
-        check_writable_file(args.json)
-    check_window(args.seqlen, _windows(args.windows))
-    check_model_source(args.model)
-    check_text_source(args.data, args.encoding)
-    resolve_device(args.device)  # an unusable device fails before the model loads
-    loaded = load_model(args.model, dtype=args.dtype)  # once, for the perplexity and the tasks
-    value, protocol = evaluate_model(loaded, data=args.data, seq_len=args.seqlen,
-                                     max_windows=_windows(args.windows), device=args.device, encoding=args.encoding)
-    print(f"ppl ({args.data}, seqlen {args.seqlen}, {protocol['windows']} windows, {protocol['tokens']} tokens): "
-          f"{value:.3f}" if math.isfinite(value) else "ppl: not finite")
-    zero_shot = _zero_shot(args, specs, loaded) if specs else None
-    if args.json:
-        _write_json(args.json, {"model": protocol["model"], "ppl": {args.data: value if math.isfinite(value) else None},
-                                "protocol": protocol, **({"zero_shot": zero_shot} if zero_shot else {})})
-    return 0
-
-
-def _zero_shot(args: argparse.Namespace, specs: tuple, loaded: Any) -> dict[str, Any]:
-    from toolkit.cli.zeroshot import TaskProgress, zero_shot_table
-    from toolkit.evaluation.zeroshot import evaluate_tasks
-    from toolkit.runtime.devices import resolve_device
-
-    progress = TaskProgress()
-    try:
-        result = evaluate_tasks(loaded.model, loaded.codec, specs, args.limit, resolve_device(args.device), progress)
-    finally:
-        progress.close()
-    print(zero_shot_table(result, loaded.name))
-    return result.to_dict()
-
-
 def _generate(args: argparse.Namespace) -> int:
+    from toolkit.cli.view import write_json
     from toolkit.cli.zeroshot import generation_json, generation_report
     from toolkit.evaluation.generate import DEFAULT_PROMPTS, generate, protocol
     from toolkit.models.load import load_model
@@ -334,15 +295,9 @@ def _generate(args: argparse.Namespace) -> int:
     generations = generate(loaded.model, loaded.codec, prompts, args.max_new_tokens, device)
     print(generation_report(generations))
     if args.json:
-        _write_json(args.json, generation_json(generations, protocol(loaded.codec, args.max_new_tokens, device,
+        write_json(args.json, generation_json(generations, protocol(loaded.codec, args.max_new_tokens, device,
                                                                      loaded.model), loaded))
     return 0
-
-
-def _write_json(path: str, data: dict[str, Any]) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2)
-    print(f"result written to {path}")
 
 
 def _methods(args: argparse.Namespace) -> int:

@@ -1,52 +1,98 @@
-"""Terminal view of a run: tqdm bars fed by events (an adapter, CONTRIBUTING.md R7) and the layer table."""
+"""Terminal view of a run: tqdm bars fed by events (an adapter, CONTRIBUTING.md R7) and the layer table.
+
+Each bar opens when its phase starts and times only that phase: the pruning bar at the first
+``LayerStarted`` (not at ``RunStarted``, which precedes the dense evaluation), the scoring bar of a
+block-scope method at its first ``LayerScored``, an evaluation bar at its first progress report,
+counting from the units already done then (``initial``), so its first rate is never the speed of
+an empty interval.
+"""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from typing import Any
+from typing import Any, TextIO
 
 from tqdm.auto import tqdm
 
-from toolkit.events import EvalProgress, Event, LayerDone, LayerStarted, RunStarted, RunWarning, SublayerPruned
+from toolkit.events import (
+    EvalProgress,
+    Event,
+    LayerDone,
+    LayerScored,
+    LayerStarted,
+    RunStarted,
+    RunWarning,
+    SublayerPruned,
+)
 
 UNITS = {"perplexity": "window", "generation": "prompt"}  # EvalProgress.what → bar unit (a task: requests)
 
 
 class ProgressView:
-    """A bar over decoder layers, one per evaluation stage (EvalProgress), Warning events printed above."""
+    """A bar over decoder layers, one per evaluation stage (EvalProgress), Warning events printed above.
 
-    def __init__(self) -> None:
+    Each bar opens when its phase starts (see the module docstring). ``file`` is where the bars are
+    drawn (None: tqdm's default, stderr).
+    """
+
+    def __init__(self, file: TextIO | None = None) -> None:
+        self._file = file
+        self._what = ""  # "wanda 50%", from RunStarted
+        self._num_layers = 0
         self._layers: tqdm | None = None
+        self._scored: tqdm | None = None
         self._eval: dict[str, tqdm] = {}
 
     def on_event(self, event: Event) -> None:
         """Advance the bars from engine events."""
-        if isinstance(event, RunStarted):
-            self._layers = tqdm(total=event.num_layers, desc=f"prune {event.method} {event.sparsity}", unit="layer",
-                                leave=True)
-        elif isinstance(event, LayerStarted) and self._layers is not None:
-            self._layers.set_postfix_str(f"layer {event.layer}")
+        if isinstance(event, RunStarted):  # remembered only: the dense evaluation comes before any layer
+            self._what, self._num_layers = f"{event.method} {event.sparsity}", event.num_layers
+        elif isinstance(event, LayerScored):
+            if self._scored is None:  # the first layer is scored already: count from it
+                self._scored = self._bar(event.num_layers, f"score {self._what}", "layer", initial=1)
+            else:
+                self._scored.update(1)
+            _close_when_full(self._scored)
+        elif isinstance(event, LayerStarted):
+            self._layer_bar(event.num_layers, 0).set_postfix_str(f"layer {event.layer}")
         elif isinstance(event, SublayerPruned) and self._layers is not None:
             self._layers.set_postfix_str(f"layer {event.layer} {event.name} err {event.rel_error:.3f}")
-        elif isinstance(event, LayerDone) and self._layers is not None:
-            self._layers.update(1)
+        elif isinstance(event, LayerDone):
+            if self._layers is None:  # no LayerStarted came first: this layer is done already
+                self._layer_bar(event.num_layers, 1)
+            else:
+                self._layers.update(1)
+            _close_when_full(self._layers)  # the evaluation bars after it draw below, not nested
         elif isinstance(event, EvalProgress):
             stage = f"eval {event.phase}" if event.what == "perplexity" else f"{event.what} {event.phase}"
-            advance_bar(self._eval, stage, event.done, event.total, UNITS.get(event.what, "req"))
+            advance_bar(self._eval, stage, event.done, event.total, UNITS.get(event.what, "req"), self._file)
         elif isinstance(event, RunWarning):
             where = f" (layer {event.layer} {event.name})" if event.layer >= 0 else ""
-            tqdm.write(f"warning: {event.message}{where}")
+            tqdm.write(f"warning: {event.message}{where}", file=self._file)
 
     def on_progress(self, stage: str, done: int, total: int) -> None:
         """Evaluation progress (windows scored)."""
-        advance_bar(self._eval, stage, done, total, "window")
+        advance_bar(self._eval, stage, done, total, "window", self._file)
+
+    def _layer_bar(self, num_layers: int, initial: int) -> tqdm:
+        if self._layers is None:
+            self._layers = self._bar(num_layers or self._num_layers, f"prune {self._what}", "layer", initial=initial)
+        return self._layers
+
+    def _bar(self, total: int, desc: str, unit: str, initial: int) -> tqdm:
+        return tqdm(total=total, desc=desc, unit=unit, initial=initial, leave=True, file=self._file)
 
     def close(self) -> None:
         """Close every bar."""
-        if self._layers is not None:
-            self._layers.close()
-        for bar in self._eval.values():
-            bar.close()
+        for bar in (self._scored, self._layers, *self._eval.values()):
+            if bar is not None:
+                bar.close()
+
+
+def _close_when_full(bar: tqdm | None) -> None:
+    if bar is not None and bar.total and bar.n >= bar.total:
+        bar.close()
 
 
 def layer_table(result: dict[str, Any]) -> str:
@@ -76,19 +122,28 @@ def layer_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def advance_bar(bars: dict[str, tqdm], key: str, done: int, total: int, unit: str) -> None:
-    """Set ``bars[key]`` (created on first use) to ``done`` of ``total``; close it when complete."""
+def advance_bar(bars: dict[str, tqdm], key: str, done: int, total: int, unit: str,
+                file: TextIO | None = None) -> None:
+    """Set ``bars[key]`` to ``done`` of ``total``; close it when complete.
+
+    The bar is created on the first report, counting from ``done`` (tqdm's ``initial``): its rate
+    is measured over the units scored after it opened, never ``done`` over the microseconds since.
+    """
     bar = bars.get(key)
     if bar is None:
-        bar = bars[key] = tqdm(total=total, desc=key, unit=unit, leave=False)
+        bar = bars[key] = tqdm(total=total, desc=key, unit=unit, initial=done, leave=False, file=file)
     bar.n = done
     bar.refresh()
     if done >= total:
         bar.close()
 
 
-def summary(result: dict[str, Any]) -> None:
-    """The run's closing lines: compression achieved, time, memory, devices, accounting, perplexities, run folder."""
+def summary(result: dict[str, Any], not_saved: str = "") -> None:
+    """The run's closing lines: compression achieved, time, memory, devices, accounting, perplexities, run folder.
+
+    One line says where the checkpoint was saved and its size, or that the model was not saved and
+    why: ``not_saved`` (a method whose states no checkpoint holds), else that --save-model writes one.
+    """
     print(f"method {result['method']}  compression {result['compression']['label']}  "
           f"achieved sparsity {result['achieved_sparsity']:.4f}  prune {result['prune_seconds']:.1f} s  "
           f"peak RSS {result['peak_rss_mb']:.0f} MiB")
@@ -104,7 +159,24 @@ def summary(result: dict[str, Any]) -> None:
         print(f"dense  ppl ({name}): {value:.3f}" + (" (cached)" if name in result.get("dense_ppl_cached", []) else ""))
     for name, value in result["ppl"].items():
         print(f"pruned ppl ({name}): {value:.3f}")
+    print(saved_line(result.get("checkpoint"), not_saved))
     print(f"run record: {result['run_dir']}")
+
+
+def saved_line(checkpoint: dict[str, Any] | None, not_saved: str = "") -> str:
+    """Where the checkpoint is and its size on disk, or why there is none."""
+    if checkpoint:
+        return f"model saved: {checkpoint['folder']} ({checkpoint['bytes'] / 2**20:.2f} MiB on disk)"
+    if not_saved:
+        return f"model not saved: {not_saved}"
+    return "model not saved (add --save-model to write a loadable checkpoint)"
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    """Write ``data`` as indented JSON to ``path`` and say so."""
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2)
+    print(f"result written to {path}")
 
 
 def precision_summary(result: dict[str, Any]) -> None:

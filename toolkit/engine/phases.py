@@ -3,9 +3,11 @@
 Phases (:data:`PHASES`):
 
 - ``capture``: the model's own forward up to the first decoder layer, once per run (layer -1);
+- ``plan``: the allocation's dense scoring pass over every layer, once per run (layer -1; OWL only);
 - ``copies``: a layer moved to the device in its compute dtype and back to the host in its storage dtype;
 - ``statistics``: the passes that feed the Gram matrices and column norms, accumulation included;
 - ``solve``: the methods' solves (the time inside ``MethodSpec.fn``);
+- ``refine``: the mask refinement after a solve (DSnoT) and its before/after errors;
 - ``writeback``: results written into the layer, the journal's backups included;
 - ``propagation``: the pass of the compressed layer that gives the next layer its inputs;
 - ``error``: dense reference passes run only for the output error, and the error itself.
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-PHASES = ("capture", "copies", "statistics", "solve", "writeback", "propagation", "error")
+PHASES = ("capture", "plan", "copies", "statistics", "solve", "refine", "writeback", "propagation", "error")
 
 
 @dataclass

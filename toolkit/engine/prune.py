@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from toolkit.engine.allocation import plan_allocation
 from toolkit.engine.block.driver import prune_blocks
 from toolkit.engine.capture import LayerInputs, capture_layer_inputs
 from toolkit.engine.linear import dense_next, on_device, prune_layer, use_fused
@@ -174,6 +175,7 @@ def _prune_linears(run: RunState, model: nn.Module, windows: Tensor) -> None:
     devices = resolve_devices(run.cfg.devices, run.device, run.propagate, resolve_device)
     with torch.no_grad():
         inputs = capture_first_inputs(run, model, layers, windows)
+        plan_allocation(run, layers, inputs)
         run.result.phases.append(run.timer.layer_done(-1))
         if run.cfg.distributed:
             prune_on_ranks(run, layers, inputs)

@@ -65,6 +65,7 @@ class LayerJob:
     gram_limit: int | None
     forward_dtype: torch.dtype | None
     layer_dtype: torch.dtype | None = None  # the dtype the layer is held in on the device (None: as sent)
+    compression: Compression | None = None  # rank 0's spec, its quantization group fitted to the model
 
 
 @dataclass
@@ -132,7 +133,7 @@ def prune_on_ranks(run: RunState, layers: nn.ModuleList, inputs: LayerInputs) ->
                     own = (index, inputs)
                 else:
                     job = LayerJob(index, len(layers), layers[index], inputs.only().to(CPU), run.fused,
-                                   run.gram_limit, run.forward_dtype, run.layer_dtype)
+                                   run.gram_limit, run.forward_dtype, run.layer_dtype, run.compression)
                     _send(job, rank)
                     pending[rank] = index
                 inputs = following
@@ -196,8 +197,8 @@ def serve_layers(config: MethodRequest, engine_cfg: EngineConfig, device: torch.
             return message
         try:
             outcome: LayerOutcome | LayerFailed = _solve(message, RunState(
-                spec, config.compression, method_cfg, engine_cfg, device, lambda event: None, lambda: False,
-                WriteBack(enabled=False)))
+                spec, message.compression or config.compression, method_cfg, engine_cfg, device, lambda event: None,
+                lambda: False, WriteBack(enabled=False)))
         except Exception as exc:  # sent to rank 0, which fails the run with it
             outcome = LayerFailed(message.index, str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
                                   isinstance(exc, NumericalError))

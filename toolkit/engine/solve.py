@@ -16,6 +16,7 @@ returns a :class:`PruneResult`. The engine then
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -25,11 +26,13 @@ from torch import Tensor, nn
 
 from toolkit.engine.state import RunState
 from toolkit.errors import NumericalError, ToolkitError
-from toolkit.events import SublayerPruned
+from toolkit.events import MaskRefined, SublayerPruned
 from toolkit.methods.base import SOLVER_DTYPE, LinearStats, PruneResult, SolveContext
+from toolkit.methods.dsnot import dsnot_refine
 from toolkit.methods.quant_grid import bits_per_weight
 from toolkit.models.layers import get_weight
 from toolkit.runtime.precision import full_precision
+from toolkit.spec.targets import NM
 
 
 def prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str], stats: LinearStats) -> None:
@@ -53,6 +56,9 @@ def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str],
         t0 = time.perf_counter()
         with run.timer.section("solve"):
             result = run.spec.fn(W.clone(), stats, run.target, run.method_cfg, ctx)
+        if run.cfg.refine is not None and run.cfg.refine.applies_to(name):
+            with run.timer.section("refine"):
+                result = refine_mask(run, name, W, result, stats)
         seconds = time.perf_counter() - t0
         keep = result.keep_mask.to(W.device, torch.bool)
         new = _written_weight(run, index, name, W, keep, result)
@@ -75,6 +81,31 @@ def _written_weight(run: RunState, index: int, name: str, W: Tensor, keep: Tenso
     if not torch.isfinite(new).all():
         raise NumericalError(f"layer {index} {name}: {run.spec.name} produced NaN/Inf weights")
     return new
+
+
+def refine_mask(run: RunState, name: str, W: Tensor, result: PruneResult, stats: LinearStats) -> PruneResult:
+    """The method's result with its keep-mask refined by DSnoT (toolkit/methods/dsnot.py); emits MaskRefined.
+
+    The refined weight keeps the method's values where both masks keep a weight and takes W's
+    dense values where DSnoT revived one; ‖ΔW X*‖/‖W X*‖ of both masks goes into the event.
+    """
+    refine = run.cfg.refine
+    assert refine is not None and stats.col_mean is not None, "refinement needs the inputs' mean per column"
+    if result.quant is not None:
+        raise ToolkitError(f"--refine {refine.label} refines sparsity masks; {run.spec.name} returned a quantized "
+                           "state: drop --refine or --quant")
+    target = run.target
+    group = target.m if isinstance(target, NM) else 0
+    refined = dsnot_refine(W, result.weight, result.keep_mask.to(W.device, torch.bool), stats.col_mean,
+                           stats.col_sq_norms, refine, group=group)
+    before = reconstruction_errors(W, result.weight.to(SOLVER_DTYPE), stats)[0]
+    after = reconstruction_errors(W, refined.weight, stats)[0]
+    run.emit(MaskRefined(layer=run.layer, name=name, swaps=refined.swaps, cycles=refined.cycles,
+                         expected_error_before=refined.expected_error_before,
+                         expected_error_after=refined.expected_error_after,
+                         rel_error_before=before, rel_error_after=after))
+    info = {**result.info, "dsnot_swaps": refined.swaps, "rel_error_before_refine": before}
+    return dataclasses.replace(result, weight=refined.weight, keep_mask=refined.keep_mask, info=info)
 
 
 @dataclass(frozen=True)

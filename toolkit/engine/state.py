@@ -21,8 +21,10 @@ from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import Event
 from toolkit.methods.base import MethodSpec, Stat
 from toolkit.methods.quant_grid import QuantState
+from toolkit.spec.allocation import Allocation
 from toolkit.spec.compression import Compression, QuantSpec
-from toolkit.spec.targets import Target
+from toolkit.spec.refine import Refine
+from toolkit.spec.targets import Target, Unstructured
 
 LinearKey = tuple[int, str]  # (decoder layer, qualified linear name inside it)
 MaskSink = Callable[[int, str, Tensor], None]  # (layer, name, keep_mask (out, in) bool on the CPU)
@@ -51,6 +53,8 @@ class EngineConfig:
     forward_dtype: str = "auto"  # "auto" | "fp32" | "bf16": the layers' passes (auto: bf16 on GPUs; stats float32)
     distributed: bool = False  # layers solved on the ranks of torch.distributed (see dist_engine.py)
     journal_budget_mb: int = 512  # backups of the undo journal kept in memory; beyond, on disk (writeback.py)
+    allocation: Allocation = field(default_factory=Allocation)  # per-layer ratios (plan phase, engine/allocation.py)
+    refine: Refine | None = None  # mask refinement after each linear's solve (DSnoT), None = the method's mask
 
     def __post_init__(self) -> None:
         if self.propagate is not None and self.propagate not in PROPAGATE:
@@ -83,6 +87,7 @@ class EngineResult:
     remote_gpu_peak_mb: float | None = None  # the highest GPU memory peak of the other ranks (distributed)
     phases: list[dict[str, float]] = field(default_factory=list)  # seconds per phase, one record per layer
     precision: dict[str, str] = field(default_factory=dict)  # dtype of storage, forward passes, statistics, solves
+    allocation: dict[str, Any] = field(default_factory=dict)  # the plan: kind, per-layer ratios (and OWL's LODs)
 
     @property
     def achieved_sparsity(self) -> float:
@@ -125,10 +130,16 @@ class RunState:
     layer_dtype: torch.dtype | None = None  # the dtype a layer is held in on the device (None: as stored)
     storage_dtype: torch.dtype | None = None  # the model's dtype on the host (journal backups are kept in it)
     timer: PhaseTimer = field(default_factory=PhaseTimer)  # seconds per phase of the current layer
+    layer_sparsity: tuple[float, ...] | None = None  # the plan's ratio of every layer (None: the run's target)
 
     @property
     def target(self) -> Target | None:
-        """The sparsity target every linear gets (None when only quantizing)."""
+        """The sparsity target of the current layer's linears (None when only quantizing).
+
+        The run's target, or ``Unstructured(s_l)`` of the plan phase's allocation (engine/allocation.py).
+        """
+        if self.layer_sparsity is not None:
+            return Unstructured(self.layer_sparsity[self.layer])
         return self.compression.sparsity
 
     @property

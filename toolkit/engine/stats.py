@@ -6,6 +6,7 @@ For one group of linears that share an input (e.g. q, k, v) the engine keeps one
 - ``gram``        G* = Σ_t x*_t x*_tᵀ / N    inputs on the pruned path
 - ``cross``       C  = Σ_t x*_t x_tᵀ / N     pruned-path input against the dense-layer input
 - ``dense_gram``  G  = Σ_t x_t x_tᵀ / N      dense-layer inputs
+- ``col_mean``    μ  = Σ_t x*_t / N          the inputs' mean per column (mask refinement)
 
 All in float32 (``SOLVER_DTYPE``), means over the N tokens seen.
 """
@@ -46,6 +47,7 @@ class GroupStats:
         self.gram = torch.zeros(0 if sampled else width, 0 if sampled else width, dtype=SOLVER_DTYPE, device=device)
         self.rows: list[Tensor] = []  # the sampled tokens' inputs (sampled statistics: no Gram is built)
         self.col_sq = torch.zeros(width, dtype=SOLVER_DTYPE, device=device) if sampled else None
+        self.col_sum = torch.zeros(width, dtype=SOLVER_DTYPE, device=device)
         self.cross = torch.zeros(width, width, dtype=SOLVER_DTYPE, device=device) if cross else None
         self.dense_gram = torch.zeros_like(self.cross) if self.cross is not None else None
 
@@ -57,6 +59,7 @@ class GroupStats:
     def _add(self, x_pruned: Tensor, x_dense: Tensor | None) -> None:
         xp = _flat(x_pruned)
         self.count += xp.shape[0]
+        self.col_sum += xp.sum(dim=0)
         if self.gram_limit is not None:
             assert self.col_sq is not None
             self.col_sq += torch.linalg.vector_norm(xp, dim=0).square()
@@ -88,6 +91,7 @@ class GroupStats:
             dense_gram=None if self.dense_gram is None else symmetrize_(self.dense_gram).mul_(scale),
             col_sq=None if self.col_sq is None else self.col_sq * scale,
             gram_count=self.gram_count if sampled else None,
+            col_mean=self.col_sum * scale,
         )
         finite = (torch.isfinite(stats.gram).all() and (stats.col_sq is None or torch.isfinite(stats.col_sq).all())
                   and (stats.sample is None or torch.isfinite(stats.sample).all()))

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from toolkit.engine.allocation import plan_allocation
 from toolkit.engine.linear import on_device, prune_layer
 from toolkit.engine.options import DEVICES_AUTO
 from toolkit.engine.prune import capture_first_inputs, check_targets, out_of_memory_error, set_precision
@@ -32,6 +33,7 @@ from toolkit.events import Event
 from toolkit.methods.base import MethodSpec, Scope
 from toolkit.models.stream import ShardWriter, StreamedModel
 from toolkit.runtime.devices import resolve_device
+from toolkit.spec.allocation import OWL
 from toolkit.spec.compression import Compression, as_compression
 from toolkit.spec.targets import Target
 
@@ -46,6 +48,9 @@ def check_streamable(spec: MethodSpec, cfg: EngineConfig) -> None:
                            "linear-scope method")
     if cfg.distributed:
         raise ToolkitError("streaming runs in one process: drop --distributed (or stream without it)")
+    if cfg.allocation.kind == OWL:
+        raise ToolkitError("--allocation owl scores every dense layer before pruning, which streaming cannot hold: "
+                           "give the ratios of an in-memory run as --allocation FILE.json")
     names = [name for name in cfg.devices.split(",") if name.strip()]
     if cfg.devices != DEVICES_AUTO and len(names) > 1:
         raise ToolkitError(f"streaming prunes one layer at a time on one device; --devices {cfg.devices} names "
@@ -106,6 +111,7 @@ def _stream_layers(run: RunState, streamed: StreamedModel, writer: ShardWriter, 
     model, layers = streamed.loaded.model, streamed.layers
     with torch.no_grad():
         inputs = capture_first_inputs(run, model, layers, windows)  # the layers on meta: the capture skips them
+        plan_allocation(run, layers, inputs)  # a ratio file (OWL needs every dense layer: check_streamable refuses it)
         with run.timer.section("copies"):
             writer.write_rest(streamed.rest_tensors())
         run.result.phases.append(run.timer.layer_done(-1))

@@ -47,8 +47,9 @@ def perplexity(
 ) -> float:
     """exp(mean window NLL) of ``model`` on ``windows`` (num, seq) int64.
 
-    Moves the model to ``device`` for the duration and back. Raises :class:`NumericalError` on a
-    non-finite loss and :class:`RunCancelled` when ``cancelled()`` turns true.
+    Moves the model to ``device`` for the duration and back. Calls ``progress(done, total)`` with 0
+    before the first batch and after each batch. Raises :class:`NumericalError` on a non-finite loss
+    and :class:`RunCancelled` when ``cancelled()`` turns true.
     """
     keep_freed_memory()
     home = next(model.parameters()).device
@@ -56,6 +57,7 @@ def perplexity(
     nlls: list[float] = []
     split = _split_head(model)
     try:
+        progress(0, windows.shape[0])  # the stage starts now: a progress bar opens before the first batch
         with torch.no_grad():
             for start in range(0, windows.shape[0], batch_size):
                 if cancelled():

@@ -113,7 +113,6 @@ def check_limit(limit: int | None, flag: str = "--limit") -> int | None:
     return limit
 
 
-
 def parse_task_names(text: str | list[str] | tuple[str, ...]) -> list[str]:
     """``"boolq,rte"`` or a list → known task names, in order, without duplicates (else ToolkitError)."""
     names = [n.strip().lower() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]
@@ -130,7 +129,8 @@ def parse_task_names(text: str | list[str] | tuple[str, ...]) -> list[str]:
 def resolve_tasks(text: str | list[str] | tuple[str, ...], source: str = AUTO) -> tuple[TaskSpec, ...]:
     """Check task names and pick each one's data: ``auto`` = the hub when reachable, else local.
 
-    Raises :class:`ToolkitError` for an unknown name, an unknown source, or a task that has no
+    Raises :class:`ToolkitError` for an unknown name, an unknown source, ``hub`` when the hub is not
+    reachable (one quick connect, :func:`toolkit.models.sources.hub_reachable`), or a task that has no
     local data when the hub cannot be used. Cheap: nothing is loaded.
     """
     names = parse_task_names(text)
@@ -138,6 +138,9 @@ def resolve_tasks(text: str | list[str] | tuple[str, ...], source: str = AUTO) -
         raise ToolkitError(f"unknown task data source {source!r}: use one of {', '.join(SOURCES)}")
     if source == AUTO:
         source = HUB if _hub_usable() else LOCAL
+    elif source == HUB and not _hub_usable():
+        raise ToolkitError("--task-data hub: the Hugging Face hub is not reachable from here (no network, or "
+                           "HF_HUB_OFFLINE / HF_DATASETS_OFFLINE set); use --task-data local (or auto)")
     if source == LOCAL:
         missing = [n for n in names if local_folder(n) is None]
         if missing:
@@ -157,7 +160,6 @@ def _missing_message(missing: list[str]) -> str:
 
 def _hub_usable() -> bool:
     import os
-
 
     return os.environ.get("HF_DATASETS_OFFLINE") != "1" and hub_reachable()
 

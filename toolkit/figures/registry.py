@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.figures import allocation as viz_allocation
 from toolkit.figures import quant as viz_quant
 from toolkit.figures import run as viz
 from toolkit.figures import structure as viz_structure
@@ -60,6 +61,7 @@ def _solver(view: RunView, key: str) -> Any:
 
 
 STRUCTURE_ROW = "structure"  # heads and channels a block-scope run removed (the widgets show it for those runs only)
+ALLOCATION_ROW = "allocation"  # each layer's sparsity (uniform, OWL, a ratio file) and DSnoT's refinement
 RUN_FIGURES: dict[str, RunFigure] = {f.name: f for f in (
     RunFigure("heatmap", lambda view, key: viz.error_heatmap(view.pruned, num_layers=view.num_layers,
                                                              linears=view.linears, revision=key),
@@ -68,6 +70,10 @@ RUN_FIGURES: dict[str, RunFigure] = {f.name: f for f in (
                                                                 revision=key,
                                                                 height=viz.heatmap_height(view.num_layers)),
               row="errors", explained_by="layers"),
+    RunFigure("allocation", lambda view, key: viz_allocation.allocation_view_figure(view.allocation, revision=key),
+              row=ALLOCATION_ROW, reads=("allocation",), explained_by="allocation", export=True),
+    RunFigure("refine", lambda view, key: viz_allocation.refine_figure(view.allocation.refined, revision=key),
+              row=ALLOCATION_ROW, reads=("refine",), explained_by="refine", hidden_until_drawn=True),
     RunFigure("solver", _solver, row="solver", explained_by="convergence", hidden_until_drawn=True),
     RunFigure("lambda", lambda view, key: solver_figures(view)["lambda"], row="solver", explained_by="lambda",
               hidden_until_drawn=True),

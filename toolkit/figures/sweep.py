@@ -1,7 +1,8 @@
-"""Sweep curves (CONTRIBUTING.md R8): sparsity vs perplexity (or mean zero-shot accuracy) per method, dense too."""
+"""Sweep curves (CONTRIBUTING.md R8): sparsity vs perplexity (or mean zero-shot accuracy) per method and allocation."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,17 +22,21 @@ def sweep_figure(points: Sequence[Mapping[str, Any]], *, dense_ppl: float | None
     and ``ppl`` (nan / None when not measured). ``dense_ppl`` draws a dashed reference line. The
     perplexity axis is logarithmic. With ``metric="accuracy"`` the y values are the points'
     ``accuracy`` (mean zero-shot accuracy over tasks) on a linear axis, and ``dense_ppl`` is the
-    dense model's mean accuracy.
+    dense model's mean accuracy. Points with an ``allocation`` other than uniform (OWL, a ratio
+    file) get a line of their own per method, in the method's colour with a dash of their own.
     """
     methods = list(dict.fromkeys(str(p["method"]) for p in points))
+    spreads = list(dict.fromkeys([UNIFORM, *(_allocation(p) for p in points)]))
     data = []
-    for method in methods:
-        mine = [p for p in points if p["method"] == method and math.isfinite(_float(p.get(metric)))]
+    for method, spread in itertools.product(methods, spreads):
+        mine = [p for p in points if p["method"] == method and _allocation(p) == spread
+                and math.isfinite(_float(p.get(metric)))]
         for pattern in PATTERN_STYLES:
             group = sorted((p for p in mine if _pattern(p) == pattern),
                            key=lambda p: _float(p.get("achieved_sparsity")))
             if group:
-                data.append(_sweep_trace(method, pattern, group, method_color(method, methods), metric))
+                data.append(_styled(_sweep_trace(method, pattern, group, method_color(method, methods), metric),
+                                    spread, spreads))
     if dense_ppl is not None and math.isfinite(dense_ppl):
         xs = _finite([_float(p.get("achieved_sparsity")) for p in points])
         data.append({"type": "scatter", "mode": "lines", "name": f"dense ({dense_ppl:.{2 if metric == 'ppl' else 3}f})",
@@ -63,6 +68,26 @@ def _sweep_trace(method: str, pattern: str, group: list[Mapping[str, Any]], colo
         trace.update(mode="lines+markers", line={"dash": dash, "color": color})
     else:
         trace.update(mode="markers+text", text=labels, textposition="top center")
+    return trace
+
+
+UNIFORM = "uniform"
+ALLOCATION_DASHES = ("dash", "dashdot", "longdash")  # the lines of non-uniform allocations, in order of appearance
+
+
+def _allocation(point: Mapping[str, Any]) -> str:
+    """The point's allocation label (points from before allocation existed are uniform)."""
+    return str(point.get("allocation") or UNIFORM)
+
+
+def _styled(trace: Spec, spread: str, spreads: Sequence[str]) -> Spec:
+    """A non-uniform allocation's trace: named after it, triangles, and a dash of its own."""
+    if spread == UNIFORM:
+        return trace
+    trace.update(name=f"{trace['name']} · {spread}", legendgroup=f"{trace['legendgroup']} {spread}")
+    trace["marker"]["symbol"] = "triangle-up"
+    if "line" in trace:
+        trace["line"]["dash"] = ALLOCATION_DASHES[(list(spreads).index(spread) - 1) % len(ALLOCATION_DASHES)]
     return trace
 
 

@@ -34,6 +34,7 @@ from toolkit.events import (
     SublayerPruned,
     TaskScore,
 )
+from toolkit.live.allocation import AllocationView
 from toolkit.live.eval import EvalView
 from toolkit.live.structure import StructureView
 
@@ -67,7 +68,8 @@ class RunView:
     """Everything a live dashboard draws, as plain data.
 
     ``revision`` counts folded events per section ("heatmap", "layers", "solver", "lambda",
-    "ranking", "kept", "warnings", "result") so a UI can skip re-sending figures that did not change.
+    "ranking", "kept", "allocation", "refine", "warnings", "result") so a UI can skip re-sending
+    figures that did not change.
     """
 
     status: str = "idle"  # idle | running | finished | failed | cancelled
@@ -93,6 +95,7 @@ class RunView:
     blocks: Trace = field(default_factory=Trace)
     warnings: list[str] = field(default_factory=list)
     structure: StructureView = field(default_factory=StructureView)  # block-scope runs: Newton, ranking, kept
+    allocation: AllocationView = field(default_factory=AllocationView)  # per-layer sparsity, DSnoT's refinement
     dense_ppl: dict[str, float] = field(default_factory=dict)
     dense_cached: set[str] = field(default_factory=set)  # datasets whose dense perplexity came from the cache
     ppl: dict[str, float] = field(default_factory=dict)
@@ -117,7 +120,7 @@ class RunView:
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(self, event, now)
-        self._bump(*self.structure.apply(event))
+        self._bump(*self.structure.apply(event), *self.allocation.apply(event))
         return self
 
     def _bump(self, *sections: str) -> None:

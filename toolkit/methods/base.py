@@ -9,6 +9,7 @@ Statistics (tokens are the calibration tokens, x ∈ R^in the input of the linea
 - ``cross``  C  = Σ x* xᵀ / N            (in, in)  pruned-path inputs against dense-layer inputs
 - ``dense_gram`` G = Σ x xᵀ / N          (in, in)  dense-layer inputs
 - ``col_sq_norms`` ‖X*_j‖² / N = diag(G*) (in,)
+- ``col_mean`` μ_j = Σ x*_j / N (in,)      the inputs' mean per column
 - ``sample``  S (T, in) with SᵀS = G* over T sampled tokens: kept instead of G* when the method asked
   for no Gram (``COL_NORMS`` or nothing), where G* serves only the reported error; ``gram`` is then
   an empty (0, 0) tensor (an (in, in) Gram of a 11008-wide linear is 485 MB and O(T·in²) to build)
@@ -60,6 +61,7 @@ class LinearStats:
     col_sq: Tensor | None = None  # ‖X_j‖²/N over all N tokens when ``gram`` is from a sample of them
     gram_count: int | None = None  # tokens behind ``gram`` when it is a sample (None: all ``count``)
     sample: Tensor | None = None  # (T, in) rows with SᵀS = G* over T sampled tokens; ``gram`` is then (0, 0)
+    col_mean: Tensor | None = None  # μ_j = Σ_t x*_tj / N, the inputs' mean per column (None where not gathered)
 
     @property
     def col_sq_norms(self) -> Tensor:
@@ -159,6 +161,8 @@ class MethodSpec:
         """
         kinds = {Unstructured: "unstructured (50%)", NM: "n:m (2:4)", Structured: "structured (structured:30%)"}
         patterns = ", ".join(kinds[t] for t in self.targets if t in kinds) or "no sparsity pattern"
+        if not self.targets and Produces.QUANT in self.produces:  # quantize-only: first, whatever sparsity came
+            self._check_quantize_only(compression)
         if compression.sparsity is not None and not self.supports(compression.sparsity):
             raise ToolkitError(f"{self.name} supports {patterns}, not {compression.sparsity}")
         if compression.quant is not None and Produces.QUANT not in self.produces:
@@ -169,6 +173,19 @@ class MethodSpec:
         if compression.unit is not None and compression.unit not in self.units:
             units = ", ".join(u.value for u in self.units) or "none (it works on single linears)"
             raise ToolkitError(f"{self.name} cannot remove --unit {compression.unit.value}; its units: {units}")
+
+    def _check_quantize_only(self, compression: Compression) -> None:
+        """A method that only quantizes needs a grid and no sparsity (a default 50% counts as none asked).
+
+        The grid is checked first: a run without ``--quant`` reaches here with the CLI's or
+        :class:`~toolkit.run.config.RunConfig`'s default sparsity, which the user never typed.
+        """
+        if compression.quant is None:
+            raise ToolkitError(f"{self.name} quantizes: give --quant int4 (or int3, int2, int8; int4:g64 sets the "
+                               "group of inputs per scale)")
+        if compression.sparsity is not None:
+            raise ToolkitError(f"{self.name} only quantizes and cannot prune to {compression.sparsity}: drop "
+                               "--sparsity, or prune and quantize with awp, wanda+awq or awq+wanda")
 
     def make_config(self, options: dict[str, Any] | None = None) -> Any:
         """Build the config from ``options`` (strings from ``--set`` are converted by type)."""

@@ -29,6 +29,7 @@ from toolkit.models.sources import (
     check_model_source,
     hub_reachable,
     is_shrunk,
+    run_model_folder,
 )
 from toolkit.models.tokenizers import BYTES_MARKER, ByteCodec, HFCodec, TextCodec
 from toolkit.runtime.precision import STORAGE_DTYPES
@@ -139,13 +140,17 @@ def _load_dir(path: Path, trust_remote_code: bool, dtype: torch.dtype | None) ->
         # dequantized at load: plain float32 Linears, so every forward path (the evaluation calls the base
         # model, which skips the lazy decompression hook of the causal-LM wrapper) sees the same weights
         extra["quantization_config"] = CompressedTensorsConfig(dequantize=True)
+    per_layer = is_shrunk(path)
     with warnings.catch_warnings():  # transformers warns that only `dequantize` of our config is used: intended
         warnings.filterwarnings("ignore", message="You passed `quantization_config`")
-        model = load_shrunk(path, dtype) if is_shrunk(path) else AutoModelForCausalLM.from_pretrained(
+        model = load_shrunk(path, dtype) if per_layer else AutoModelForCausalLM.from_pretrained(
             path, use_safetensors=True, dtype=dtype, trust_remote_code=trust_remote_code, **extra
         )
-    codec = ByteCodec() if (path / BYTES_MARKER).exists() else HFCodec(AutoTokenizer.from_pretrained(path))
-    label = f"local checkpoint {path}" + (f" ({packed}, dequantized)" if packed else "")
+    # the model's config: a per-layer folder's config.json names no model type transformers knows
+    codec = ByteCodec() if (path / BYTES_MARKER).exists() else HFCodec(
+        AutoTokenizer.from_pretrained(path, config=model.config))
+    kinds = (["per-layer shapes"] if per_layer else []) + ([f"{packed}, dequantized"] if packed else [])
+    label = f"local checkpoint {path}" + (f" ({'; '.join(kinds)})" if kinds else "")
     return LoadedModel(model, codec, str(path), label, path)
 
 
@@ -211,13 +216,15 @@ def _load_hub(name: str, trust_remote_code: bool, dtype: torch.dtype | None) -> 
 
 
 def load_model(name: str = EMBEDDED, *, dtype: str = "auto", trust_remote_code: bool = False) -> LoadedModel:
-    """Load ``name``: "smollm2-135m", "tiny-<llama|opt|gpt2|qwen2|gemma3>", a directory, a .gguf or a hub id.
+    """Load ``name``: "smollm2-135m", "tiny-<llama|opt|gpt2|qwen2|gemma3>", a checkpoint or run folder, .gguf or hub id.
 
     The model comes back in eval mode, on the CPU (the engine moves one layer at a time to the
     device), in ``dtype``: ``auto`` keeps the checkpoint's own (config.json's ``dtype``, bfloat16
     for most; float32 when it names none), and float32 for the embedded GGUF (dequantized), a
-    ``.gguf`` and the tiny models; ``float32`` | ``bfloat16`` | ``float16`` cast at load. Raises
-    :class:`ToolkitError` with what to do for an unknown name or dtype.
+    ``.gguf`` and the tiny models; ``float32`` | ``bfloat16`` | ``float16`` cast at load. A run
+    folder (``prune --out runs --save-model``) loads the model it saved (``<run>/model``), saying so
+    in one logged line. Raises :class:`ToolkitError` with what to do for an unknown name or dtype, or
+    a run folder that saved no model.
     """
     name = (name or "").strip()
     if not name:
@@ -225,6 +232,10 @@ def load_model(name: str = EMBEDDED, *, dtype: str = "auto", trust_remote_code: 
     if dtype not in STORAGE_DTYPES:
         raise ToolkitError(f"unknown --dtype {dtype!r}: use one of {', '.join(STORAGE_DTYPES)}")
     check_model_source(name)  # what can be told from the files, before any weights are read
+    saved = run_model_folder(Path(name).expanduser()) if Path(name).expanduser().is_dir() else None
+    if saved is not None:
+        log.warning("%s is a run folder: loading the model it saved, %s", Path(name).expanduser(), saved)
+        name = str(saved)
     asked = STORAGE_DTYPES[dtype]
     if name == EMBEDDED:
         loaded = _load_embedded(asked)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ _MISSING = object()
 
 
 @contextlib.contextmanager
-def _without_quantization(model: nn.Module) -> Iterator[None]:
+def without_quantization(model: nn.Module) -> Iterator[None]:
     """Hide ``config.quantization_config`` and ``hf_quantizer`` while saving, restored after.
 
     The toolkit holds float weights (a GGUF is dequantized on load), so a quantization config in
@@ -45,22 +46,32 @@ def _without_quantization(model: nn.Module) -> Iterator[None]:
             pretrained.hf_quantizer = saved_quantizer
 
 
-def save_checkpoint(model: nn.Module, codec: TextCodec, folder: str | Path) -> Path:
+def save_checkpoint(model: nn.Module, codec: TextCodec, folder: str | Path, *,
+                    finish: Callable[[Path], None] | None = None) -> Path:
     """Write ``model`` (safetensors, no quantization_config) and its tokenizer to ``folder``; returns the folder.
 
     The folder is written under a ``.partial`` name and renamed at the end, so a failed save
-    never leaves something that looks like a checkpoint.
+    never leaves something that looks like a checkpoint; ``finish`` (when given) completes the
+    partial folder before the rename (a quantization config, a structure file). On any failure
+    (a full disk: ``OSError``) the partial folder is removed and the exception re-raised, so nothing
+    of the attempt stays on disk.
     """
     folder = Path(folder)
     partial = folder.with_name(folder.name + ".partial")
     config: Any = getattr(model, "config", None)
     if config is not None:
         config.dtype = storage_dtype(model)  # config.json's dtype: what the weights are stored in
-    with _without_quantization(model):
-        model.save_pretrained(partial)  # type: ignore[operator]  # transformers ≥ 5 always writes safetensors
-    if isinstance(codec, HFCodec):
-        codec.tokenizer.save_pretrained(partial)
-    elif isinstance(codec, ByteCodec):
-        (partial / BYTES_MARKER).write_text(json.dumps({"tokenizer": "bytes", "bos_id": codec.bos_id}))
-    partial.rename(folder)
+    try:
+        with without_quantization(model):
+            model.save_pretrained(partial)  # type: ignore[operator]  # transformers ≥ 5 always writes safetensors
+        if isinstance(codec, HFCodec):
+            codec.tokenizer.save_pretrained(partial)
+        elif isinstance(codec, ByteCodec):
+            (partial / BYTES_MARKER).write_text(json.dumps({"tokenizer": "bytes", "bos_id": codec.bos_id}))
+        if finish is not None:
+            finish(partial)
+        partial.rename(folder)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return folder

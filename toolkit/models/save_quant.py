@@ -1,7 +1,9 @@
 """Save a model whose linears were quantized as a compressed-tensors ``pack-quantized`` checkpoint.
 
 ``AutoModelForCausalLM.from_pretrained(folder)`` loads the result back (transformers' compressed-
-tensors integration; needs the ``compressed-tensors`` package, pinned in requirements.txt).
+tensors integration; needs the ``compressed-tensors`` package, pinned in requirements.txt), except
+for a per-layer shrunk model: its folder also holds the structure file of
+:mod:`toolkit.models.shrunk` and loads back with ``toolkit.load_model`` only.
 
 Format (written by the compressed-tensors library, never by hand): per quantized linear
 ``weight_packed`` (int32, 32/b codes per word, dense bit packing), ``weight_scale`` (out, groups)
@@ -34,6 +36,7 @@ from torch import Tensor, nn
 from toolkit.errors import ToolkitError
 from toolkit.methods.quant_grid import QuantState, dequantize
 from toolkit.models.save import save_checkpoint
+from toolkit.models.shrunk import mark_per_layer, structure_record
 from toolkit.models.tokenizers import TextCodec
 
 FORMAT = "pack-quantized"
@@ -167,7 +170,9 @@ def save_quantized(model: nn.Module, codec: TextCodec, folder: str | Path, state
 
     ``states`` maps qualified linear names (``model.named_modules()``) to their QuantState; the
     other parameters are saved as they are, in ``dtype`` (default: the model's). Works on a deep
-    copy: ``model`` is not modified. Writes under a ``.partial`` name and renames at the end.
+    copy: ``model`` is not modified. A model whose config does not describe its shapes (per-layer
+    shrunk) also gets the structure file of :mod:`toolkit.models.shrunk`, and loads back only with
+    ``toolkit.load_model``. Writes under a ``.partial`` name, renamed at the end and removed on failure.
     Returns sizes: ``bytes`` on disk, ``quantized_bytes`` and ``bits_per_weight`` of the quantized
     linears (codes + scales + zero points + shapes), and the dense bf16 size of the whole model.
     Raises ToolkitError for AWQ states, non-Linear modules or groups that do not divide the width.
@@ -187,11 +192,15 @@ def save_quantized(model: nn.Module, codec: TextCodec, folder: str | Path, state
     compressor.compress_model(work)
     for name, state in states.items():
         _store_codes(work.get_submodule(name), state)
-    folder = Path(folder)
-    partial = folder.with_name(folder.name + ".quant-partial")
-    save_checkpoint(work, codec, partial)
-    compressor.update_config(str(partial))
-    partial.rename(folder)
+    record = structure_record(model)  # the shapes of the model, not of its compressed copy
+
+    def finish(partial: Path) -> None:
+        compressor.update_config(str(partial))
+        if record is not None:
+            mark_per_layer(partial, record)
+
+    folder = save_checkpoint(work, codec, folder, finish=finish)
     sizes = _sizes(folder, model, states)
     config = json.loads((folder / "config.json").read_text())["quantization_config"]
-    return sizes | {"folder": str(folder), "format": config.get("format", FORMAT), "compressed_tensors": ct_version}
+    return sizes | {"folder": str(folder), "format": config.get("format", FORMAT), "compressed_tensors": ct_version,
+                    "per_layer": record is not None}

@@ -49,6 +49,34 @@ def is_shrunk(folder: str | Path) -> bool:
     return (Path(folder) / MARKER).is_file()
 
 
+RUN_STATUS = "status.json"  # written by the run store in every run folder, beside the run's config.json
+
+
+def run_model_folder(path: str | Path) -> Path | None:
+    """The model a PruneLab run folder saved (``<run>/model``); None when ``path`` is not a run folder.
+
+    A run folder (``prune --out runs``) holds the run's config.json (a ``method``, no ``model_type``)
+    and status.json. Raises a one-line :class:`ToolkitError` when it is one but holds no saved model.
+    """
+    path = Path(path)
+    if not (path / RUN_STATUS).is_file():
+        return None
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or "model_type" in config or "method" not in config:
+        return None
+    if (path / "model").is_dir():
+        return path / "model"
+    if config.get("save_model"):
+        why = "the run saved no model (it did not get that far: see its status.json)"
+    else:
+        why = "the run saved no model (it ran without --save-model)"
+    raise ToolkitError(f"{str(path)!r} is a PruneLab run folder and {why}; rerun it with --save-model to get "
+                       f"one in {str(path / 'model')!r}, or give a checkpoint folder")
+
+
 GGUF_MAGIC = b"GGUF"
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")  # "gpt2", "facebook/opt-125m"
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
@@ -69,7 +97,7 @@ def check_model_source(name: str) -> None:
     if name.endswith(".gguf"):
         _check_gguf(path)
     elif path.is_dir():
-        _check_checkpoint_folder(path)
+        _check_checkpoint_folder(run_model_folder(path) or path)
     elif path.exists():
         raise ToolkitError(f"model {name!r} is a file but not a .gguf; give a checkpoint folder or a .gguf file")
     elif name.startswith("tiny-"):

@@ -2,7 +2,9 @@
 
 - :class:`Dashboard`: the Run view in a notebook: a small form, Run / Cancel, and the live
   heat-map, layer-error line, solver convergence and λ bisection, progress and warnings; for a
-  structured run (numerical, flap, ...) the Newton traces, the global ranking and the kept-unit map; with
+  structured run (numerical, flap, ...) the Newton traces, the global ranking and the kept-unit map; for
+  a pruning run each layer's sparsity (``allocation`` uniform / owl / a file) and, with ``refine``
+  dsnot, DSnoT's error before and after; with
   "generations", the dense and pruned greedy texts side by side (tokens/s). ``Dashboard().run()``
   runs in the cell (widgets refresh as it goes); the Run button runs in a background thread so
   Cancel stays clickable. A finished run keeps its figures as images in the widget (a re-opened
@@ -32,7 +34,7 @@ from toolkit.errors import ToolkitError
 from toolkit.figures import masks as viz_masks
 from toolkit.figures import sweep as viz_sweep
 from toolkit.figures.paper import FORMATS, save_figure
-from toolkit.figures.registry import FIGURES, ROWS, STRUCTURE_ROW
+from toolkit.figures.registry import ALLOCATION_ROW, FIGURES, ROWS, STRUCTURE_ROW
 from toolkit.figures.registry import figure as view_figure
 from toolkit.live.phase import format_seconds, progress_line
 from toolkit.live.view import RunView
@@ -88,7 +90,7 @@ class Dashboard:
         import plotly.graph_objects as go
 
         settings = {"nsamples": 8, "seqlen": 128, "eval_seqlen": 128, "eval_windows": 16, "options": "", "quant": "",
-                    "generate": False, **protocol}
+                    "generate": False, "allocation": "uniform", "refine": "", **protocol}
         self.runs_dir = runs_dir
         field = w.Layout(**FIELD)
         self.model = w.Text(value=model, description="model", layout=field)
@@ -100,6 +102,10 @@ class Dashboard:
                             placeholder="int4, int3:g64 (quantizing methods)", layout=field)
         self.options = w.Text(value=str(settings["options"]), description="options", placeholder="key=value, …",
                               layout=field)
+        self.allocation = w.Text(value=str(settings["allocation"] or "uniform"), description="allocation",
+                                 placeholder="uniform, owl, owl:5,0.08, ratios.json", layout=field)
+        self.refine = w.Text(value=str(settings["refine"] or ""), description="refine", placeholder="dsnot, dsnot:50",
+                             layout=field)
         self.nsamples = w.BoundedIntText(value=int(settings["nsamples"]), min=1, max=100000, description="nsamples",
                                          layout=field)
         self.seqlen = w.BoundedIntText(value=int(settings["seqlen"]), min=2, max=1 << 16, description="seqlen",
@@ -138,12 +144,17 @@ class Dashboard:
 
         form = w.VBox([row(self.model, self.method, self.sparsity, self.quant),
                        row(self.options, self.nsamples, self.seqlen, self.eval_windows),
+                       row(self.allocation, self.refine),
                        row(self.evaluate, self.generate, self.run_button, self.cancel_button, self.save_button)],
                       layout=w.Layout(width="calc(100% - 8px)"))
         rows = {name: row(*(panel(figure) for figure in figures)) for name, figures in ROWS.items()}
         # shown only for structured runs: the global ranking of heads and channels, and what each layer kept
         self.structure = rows[STRUCTURE_ROW]
         self.structure.layout.display = "none"
+        # shown for runs with a per-layer sparsity (unstructured, n:m); DSnoT's panel once it refined a linear
+        self.allocation_row = rows[ALLOCATION_ROW]
+        self.allocation_row.layout.display = "none"
+        self.refine_panel = self.allocation_row.children[list(ROWS[ALLOCATION_ROW]).index("refine")]
         self.widget = w.VBox([form, self.status, *rows.values(), self.warnings, self.result,
                               self.generations, self.snapshot], layout=w.Layout(width="100%", overflow="hidden"))
 
@@ -159,6 +170,7 @@ class Dashboard:
         fields = {"model": self.model.value.strip(), "method": self.method.value, "sparsity": sparsity,
                   "quant": self.quant.value.strip() or None,
                   "options": _parse_options(self.options.value), "nsamples": self.nsamples.value,
+                  "allocation": self.allocation.value.strip() or "uniform", "refine": self.refine.value.strip() or None,
                   "seqlen": self.seqlen.value, "eval_data": "wiki" if self.evaluate.value else None,
                   "eval_seqlen": self.eval_seqlen, "eval_windows": self.eval_windows.value or None,
                   "eval_dense": True, "generate": self.generate.value, "out_dir": self.runs_dir}
@@ -208,6 +220,8 @@ class Dashboard:
         for name, widget in self.figures.items():
             _copy_into(widget, view_figure(view, name))
         self.structure.layout.display = "flex" if view.structure.active else "none"
+        self.allocation_row.layout.display = "flex" if view.allocation.applies else "none"
+        self.refine_panel.layout.display = "flex" if view.allocation.refined else "none"
         self.warnings.value = "\n".join(view.warnings)
         self.generations.value = generations_html(view.evals.texts)
         if view.status == "finished":
@@ -310,18 +324,19 @@ def compare_masks(run_a: RunRecord | str | Path, run_b: RunRecord | str | Path, 
 
 
 def sweep_plot(*, model: str | None = None, methods: Sequence[str] = (), sparsities: Sequence[str] = (),
-               runs_dir: str | Path = "runs", **protocol: Any) -> Any:
-    """Perplexity vs sparsity per method, dense as a reference line.
+               runs_dir: str | Path = "runs", allocations: Sequence[str] = ("uniform",), **protocol: Any) -> Any:
+    """Perplexity vs sparsity per method (and per allocation), dense as a reference line.
 
     With ``methods`` and ``sparsities`` it runs the sweep on ``model`` (``protocol``: RunConfig
-    fields such as nsamples, seqlen, eval_windows), reusing runs already in the store; without
-    them it plots every finished run of ``model`` in the store.
+    fields such as nsamples, seqlen, eval_windows), each sparsity once per ``allocations``
+    (``uniform``, ``owl``: one line each), reusing runs already in the store; without them it plots
+    every finished run of ``model`` in the store.
     """
     from toolkit.sweep import SweepPoint, dense_reference, plan, run_sweep, stored_points
 
     if methods and sparsities:
         base = RunConfig(model=model or "smollm2-135m", method=methods[0], out_dir=str(runs_dir), **protocol)
-        configs, _ = plan(base, list(methods), list(sparsities))
+        configs, _ = plan(base, list(methods), list(sparsities), allocations=list(allocations))
         points = [p for p in run_sweep(configs) if isinstance(p, SweepPoint)]
     else:
         points = stored_points(list_runs(runs_dir), model)

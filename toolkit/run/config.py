@@ -6,7 +6,9 @@ Every check here runs before any model loads or any file is written; none of the
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +20,13 @@ from toolkit.evaluation.tasks import AUTO, SOURCES, check_limit, parse_task_name
 from toolkit.methods import get_method
 from toolkit.models.sources import check_model_source
 from toolkit.run.preflight import check_window
+from toolkit.spec.allocation import Allocation, parse_allocation
 from toolkit.spec.compression import Compression, QuantSpec, Unit, parse_compression
-from toolkit.spec.targets import Target, Unstructured
+from toolkit.spec.refine import Refine, parse_refine
+from toolkit.spec.targets import Structured, Target, Unstructured
 from toolkit.store.runs import SCHEMA
+
+DEVICE_NAME = re.compile(r"[a-z_]+(:\d+)?")  # cpu, cuda, cuda:1, mps (torch.device's syntax)
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,8 @@ class RunConfig:
     generate: bool = False  # greedy continuations of the fixed prompts, dense and pruned
     encoding: str = "utf-8"  # of --calib / --eval text files
     threads: int | None = None  # intra-op CPU threads (None: torch's default); see toolkit.runtime.threads
+    allocation: Allocation | str = "uniform"  # per-layer sparsity: uniform | owl[:M,λ] | FILE.json (spec/allocation.py)
+    refine: Refine | str | None = None  # mask refinement after each linear's solve: dsnot[:N] (spec/refine.py)
 
     def __post_init__(self) -> None:
         spec = get_method(self.method)
@@ -92,14 +100,15 @@ class RunConfig:
             check_text_source(self.eval_data, self.encoding)
         if self.fused not in FUSED or self.error_windows < 1:
             raise ToolkitError(f"fused must be one of {', '.join(FUSED)} and error-windows ≥ 1")
-        several = len([d for d in self.devices.split(",") if d.strip()]) > 1
-        if self.devices != DEVICES_AUTO and several and (self.propagate or spec.propagate) != "dense":
+        several = len(device_names(self.devices)) > 1
+        if several and (self.propagate or spec.propagate) != "dense":
             raise ToolkitError("parallel layer pruning (--devices with several devices) needs --propagate dense")
         if self.dtype not in STORAGE_DTYPES:
             raise ToolkitError(f"unknown --dtype {self.dtype!r}: use one of {', '.join(STORAGE_DTYPES)}")
         if self.forward_dtype not in FORWARD_DTYPES:
             raise ToolkitError(f"forward-dtype must be one of {', '.join(FORWARD_DTYPES)}, got {self.forward_dtype!r}")
         self._check_distributed(spec, several)
+        self._check_plan(spec)
         self._check_stream(spec)
         if self.eval_windows is not None and self.eval_windows < 1:
             raise ToolkitError("eval-windows must be ≥ 1 (leave it out for all windows)")
@@ -114,6 +123,33 @@ class RunConfig:
         check_limit(self.task_limit, "--task-limit")
         if self.task_data not in SOURCES:
             raise ToolkitError(f"unknown task data source {self.task_data!r}: use one of {', '.join(SOURCES)}")
+
+    def _check_plan(self, spec: Any) -> None:
+        """--allocation and --refine parsed, and refused where they have nothing to act on (one line each)."""
+        allocation, refine = parse_allocation(self.allocation), parse_refine(self.refine)
+        object.__setattr__(self, "allocation", allocation)  # frozen: store the parsed objects
+        object.__setattr__(self, "refine", refine)
+        linear = spec.scope.value == "linear"
+        if not allocation.uniform:
+            if not linear:
+                raise ToolkitError(f"--allocation {allocation.label} spreads sparsity over the layers for linear-scope "
+                                   f"methods; {spec.name} plans its own per-layer removal: drop --allocation")
+            if not isinstance(self.sparsity, Unstructured):
+                what = "there is no sparsity (quantize only)" if self.sparsity is None else \
+                    f"{self.sparsity} fixes the count of every group of weights"
+                raise ToolkitError(f"--allocation {allocation.label} spreads an unstructured sparsity over the layers; "
+                                   f"{what}: give --sparsity P% or drop --allocation")
+            if self.stream and allocation.kind == "owl":
+                raise ToolkitError("--allocation owl scores every layer of the dense model before pruning, which "
+                                   "--stream cannot hold: save its ratios with a first in-memory run (result.json "
+                                   "allocation.ratios) and give them as --allocation FILE.json")
+        if refine is not None:
+            if not linear or self.sparsity is None or isinstance(self.sparsity, Structured):
+                raise ToolkitError(f"--refine {refine.label} swaps weights inside the masks of unstructured or n:m "
+                                   f"sparsity; {spec.name} at {self.compression.label} has none: drop --refine")
+            if self.quant is not None:
+                raise ToolkitError(f"--refine {refine.label} refines sparsity masks; with --quant the codes would no "
+                                   "longer match: drop --refine or --quant")
 
     def _check_stream(self, spec: Any) -> None:
         """--stream: a local checkpoint folder, a linear-scope method, no quantization, nothing evaluated."""
@@ -146,6 +182,29 @@ class RunConfig:
         if not self.dist_timeout > 0:
             raise ToolkitError(f"--dist-timeout must be > 0 seconds, got {self.dist_timeout}")
 
+    def _allocation(self) -> Allocation:
+        """The parsed allocation (a str only before __post_init__)."""
+        return parse_allocation(self.allocation)
+
+    def _refine_label(self) -> str | None:
+        """The refinement's label, or None."""
+        refine = parse_refine(self.refine)
+        return None if refine is None else refine.label
+
+    def fit_quant_group(self, widths: Collection[int]) -> tuple[RunConfig, str]:
+        """The config with a group given by no one fitted to the model, and a note when it shrank ("" if not).
+
+        ``widths`` are the input widths of the model's quantized (decoder) linears. ``int4`` runs groups
+        of 128 where 128 divides every width, else of the first of 64, 32, … that does
+        (:meth:`~toolkit.spec.compression.QuantSpec.fit_group`; SmolLM2-135M's 576: 64), so the checkpoint
+        can be saved; a given group (``int4:g128``) is kept.
+        """
+        quant = self.quant
+        fitted = None if quant is None else quant.fit_group(widths)
+        if quant is None or fitted is None or fitted == quant:
+            return self, ""
+        return dataclasses.replace(self, quant=fitted), quant.fit_note(fitted, widths)
+
     @property
     def compression(self) -> Compression:
         """Sparsity, quantization and unit as one spec."""
@@ -162,7 +221,9 @@ class RunConfig:
                     quant=None if self.quant is None else self.quant.label,
                     unit=None if self.unit is None else self.unit.value,
                     options=dict(self.options), compression=self.compression.to_dict(), schema=SCHEMA,
-                    tasks=list(self.tasks))
+                    tasks=list(self.tasks), allocation=self._allocation().label, refine=self._refine_label())
+        if self.quant is not None and self.quant.auto_group:  # given without a group: the run fitted ``quant``
+            data["quant_asked"] = self.quant.asked
         return data
 
     def reuse_key(self) -> dict[str, Any]:
@@ -172,6 +233,8 @@ class RunConfig:
         zero-shot tasks matches runs recorded before tasks existed.
         """
         data = self.to_dict()
+        if "quant_asked" in data:  # the group is fitted to the model, which the key names: match what was asked
+            data.pop("quant")
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
                          "devices", "compression", "schema", "generate", "threads", "distributed",
                          "dist_timeout", "stream"):
@@ -185,7 +248,31 @@ class RunConfig:
             data.pop("forward_dtype")  # float32 passes: runs from before the option ran in float32
         if data["dtype"] == "auto":  # the checkpoint's own: runs from before the option loaded it so (or float32)
             data.pop("dtype")
+        if data["allocation"] == "uniform":  # the default: runs from before the option were uniform
+            data.pop("allocation")
+        if data["refine"] is None:
+            data.pop("refine")
         return data
+
+
+def device_names(text: str) -> list[str]:
+    """The device names of a ``--devices`` list (``cuda:0,cuda:1``; ``auto`` → []), checked without torch.
+
+    Raises :class:`ToolkitError` for an empty entry (``gpu0,,cpu``) or a name that is not ``type`` or
+    ``type:index`` (``gpu0``); whether the devices exist is checked once torch is loaded, before the run
+    is recorded (:func:`toolkit.engine.parallel.resolve_devices`).
+    """
+    if text == DEVICES_AUTO:
+        return []
+    names = [name.strip() for name in text.split(",")]
+    if "" in names:
+        raise ToolkitError(f"--devices {text!r} has an empty entry; give a comma list such as cuda:0,cuda:1 "
+                           "(or leave it at auto)")
+    for name in names:
+        if not DEVICE_NAME.fullmatch(name):
+            raise ToolkitError(f"--devices {text}: {name!r} is not a device name; use cpu, cuda or cuda:N, "
+                               "e.g. cuda:0,cuda:1")
+    return names
 
 
 def _cuda() -> bool:

@@ -6,6 +6,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,8 +29,8 @@ from toolkit.methods.quant_grid import QuantState
 from toolkit.models.layers import decoder_layers
 from toolkit.models.load import BOS_FAMILIES, LoadedModel, load_model
 from toolkit.models.quant_checkpoint import StateCollector, check_savable, save_run_checkpoint
-from toolkit.models.save import save_checkpoint
 from toolkit.models.shrunk import save_shrunk
+from toolkit.models.sources import is_shrunk
 from toolkit.models.stream import StreamedModel, open_streamed
 from toolkit.run.accounting import account, folder_bytes, linear_shapes
 from toolkit.run.checks import check_context
@@ -48,6 +49,8 @@ from toolkit.run.record import result_record
 from toolkit.runtime.devices import resolve_device
 from toolkit.runtime.placement import storage_dtype
 from toolkit.runtime.precision import DTYPE_NAMES
+from toolkit.spec.allocation import parse_allocation
+from toolkit.spec.refine import parse_refine
 from toolkit.store.runs import RunWriter, StoredQuant
 
 Progress = Callable[[str, int, int], None]
@@ -62,6 +65,7 @@ def bos_id(loaded: LoadedModel) -> int | None:
 class Prepared:
     """Everything a run needs once the input is checked, the model loaded and the windows cut."""
 
+    config: RunConfig  # as given, with a quantization group given by no one fitted to the model (int4 → int4:g64)
     spec: MethodSpec
     method_cfg: Any
     engine_cfg: EngineConfig
@@ -73,6 +77,7 @@ class Prepared:
     protocol: dict[str, Any]
     tasks: tuple[TaskSpec, ...] = ()
     streamed: StreamedModel | None = None  # --stream: layers on meta, read from the shards one at a time
+    note: str = ""  # why the group is smaller than asked, recorded as a warning ("" when it is not)
 
 
 def execute(config: RunConfig, emit: Callable[[Event], None], cancel: CancelToken,
@@ -82,8 +87,8 @@ def execute(config: RunConfig, emit: Callable[[Event], None], cancel: CancelToke
     Bad input raises :class:`ToolkitError` before the run store is touched; once the run is
     recorded, any failure is recorded too (RunFailed, status failed/cancelled) and re-raised.
     """
-    check_writable_dir(config.out_dir)  # before the model loads: a read-only --out fails now, not after the run
     run = prepare(config)
+    config = run.config  # a quantization group fitted to the model is what the run records
     try:
         writer = RunWriter(config.out_dir, config.to_dict())
     except OSError as exc:
@@ -105,7 +110,7 @@ def execute(config: RunConfig, emit: Callable[[Event], None], cancel: CancelToke
             kept = " and the model" if config.save_model and stage.name == "evaluation" else ""
             why = "" if cancelled else f" ({message})"
             message = (f"{stage.name} {'cancelled' if cancelled else 'failed'} after the compression finished"
-                       f"{why}; the masks{kept} are saved in {writer.path}")
+                       f"{why}; {_kept(writer.path)}{kept} are saved in {writer.path}")
         try:
             record(RunFailed(error=message, cancelled=cancelled))
         except OSError:
@@ -130,13 +135,17 @@ class Stage:
 
 
 def prepare(config: RunConfig) -> Prepared:
-    """Check the input, load the model, cut the calibration and evaluation windows."""
+    """Check the input, load the model, fit the quantization group to it, cut the windows.
+
+    Devices and task data are checked before ``--out`` is created, ``--out`` before the model loads.
+    """
     spec = get_method(config.method)
     method_cfg = spec.make_config(config.options)
     engine_cfg = engine_config(config)
     device = resolve_device(config.device)
     resolve_devices(config.devices, device, config.propagate or spec.propagate, resolve_device)  # before any work
     tasks = resolve_tasks(config.tasks, config.task_data) if config.tasks else ()  # before the model loads
+    check_writable_dir(config.out_dir)  # before the model loads: a read-only --out fails now, not after the run
     if config.threads:
         torch.set_num_threads(config.threads)
     streamed = open_streamed(config.model, dtype=config.dtype) if config.stream else None
@@ -145,6 +154,7 @@ def prepare(config: RunConfig) -> Prepared:
     if tasks:
         check_task_tokens(loaded.model, loaded.codec, tasks)
     linears = check_targets(loaded.model, spec, config.compression)
+    config, note = config.fit_quant_group({cols for _, cols in linear_shapes(loaded.model).values()})
     if spec.scope is Scope.BLOCK:  # family, unit and budget, before the run folder and any scoring
 
         check_block_budget(loaded.model, spec, config.compression, method_cfg)
@@ -171,14 +181,16 @@ def prepare(config: RunConfig) -> Prepared:
                                  "limit": config.task_limit, "splits": {t.name: t.split for t in tasks}}
     if streamed is not None:
         check_streamable(spec, engine_cfg)
-    return Prepared(spec, method_cfg, engine_cfg, device, loaded, linears, calibration, test, protocol, tasks, streamed)
+    return Prepared(config, spec, method_cfg, engine_cfg, device, loaded, linears, calibration, test, protocol, tasks,
+                    streamed, note)
 
 
 def engine_config(config: RunConfig) -> EngineConfig:
     """The engine options of a :class:`toolkit.api.RunConfig`."""
     return EngineConfig(propagate=config.propagate, sequential=config.sequential, batch_size=config.batch_size,
                         device=config.device, fused=config.fused, error_windows=config.error_windows,
-                        devices=config.devices, forward_dtype=config.forward_dtype, distributed=config.distributed)
+                        devices=config.devices, forward_dtype=config.forward_dtype, distributed=config.distributed,
+                        allocation=parse_allocation(config.allocation), refine=parse_refine(config.refine))
 
 
 def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[Event], None],
@@ -195,6 +207,8 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
                       sparsity=config.compression.label, options=dataclasses.asdict(run.method_cfg),
                       protocol=run.protocol, num_layers=len(decoder_layers(model)), linears=run.linears,
                       device=str(run.device), compression=config.compression.to_dict()))
+    if run.note:
+        record(RunWarning(message=run.note))
     stage.name = "dense evaluation"
     dense_ppl, dense_cached = _dense_eval(config, run, record, ticks)
     dense = _dense_extras(config, run, record, ticks)
@@ -262,7 +276,9 @@ def _save(config: RunConfig, run: Prepared, writer: RunWriter,
     """Save the model into the run's ``model/`` folder (with --save-model); returns the checkpoint report.
 
     Quantized runs are written as compressed-tensors pack-quantized (:mod:`toolkit.models.quant_checkpoint`),
-    block-scope runs with their per-layer shapes, the others as a plain checkpoint.
+    the others as float weights; the format follows the model's shapes, not the method (per-layer
+    shapes get their structure file: :mod:`toolkit.models.shrunk`). A failed write leaves no partial
+    folder, and its ``OSError`` becomes a :class:`ToolkitError` saying so.
     """
     if not config.save_model:
         return None
@@ -270,12 +286,23 @@ def _save(config: RunConfig, run: Prepared, writer: RunWriter,
     if run.streamed is not None:  # written by the streamed run, layer by layer
         return {"folder": str(folder), "format": "dense", "bytes": folder_bytes(folder),
                 "dtype": DTYPE_NAMES.get(storage_dtype(model), str(storage_dtype(model)))}
-    if collected is not None:
-        return save_run_checkpoint(model, codec, folder, collected)
-    save = save_shrunk if run.spec.scope is Scope.BLOCK else save_checkpoint  # per-layer shapes need their file
-    saved = save(model, codec, folder)
-    return {"folder": str(saved), "format": "dense", "bytes": folder_bytes(saved),
+    try:
+        if collected is not None:
+            return save_run_checkpoint(model, codec, folder, collected)
+        saved = save_shrunk(model, codec, folder)
+    except OSError as exc:  # a full disk: the save removed its partial folder
+        where = f" writing {exc.filename}" if exc.filename else ""
+        raise ToolkitError(f"{exc.strerror or exc}{where}; no model folder was kept (the partial one was removed): "
+                           "free disk space and rerun with --save-model") from None
+    return {"folder": str(saved), "format": "dense", "bytes": folder_bytes(saved), "per_layer": is_shrunk(saved),
             "dtype": DTYPE_NAMES.get(storage_dtype(model), str(storage_dtype(model)))}
+
+
+def _kept(run_dir: Path) -> str:
+    """What a run record holds of a finished compression, e.g. "the masks and quantization states"."""
+    found = [what for what, held in (("masks", any((run_dir / "masks").glob("*.npz"))), ("quantization states", any(
+        (run_dir / "quant").glob("*.npz"))), ("structure changes", (run_dir / "structure.json").is_file())) if held]
+    return "the " + " and ".join(found) if found else "the run record"
 
 
 def stored_quant(state: QuantState) -> StoredQuant:

@@ -24,10 +24,15 @@ def result_record(config: RunConfig, run: Any, result: EngineResult, accounting:
     """The result dict (result.json, the CLI's --json): what was asked, what happened, provenance.
 
     ``run`` is the pipeline's ``Prepared`` (its spec, method config, engine config, device, model, protocol).
+    ``engine.forward_dtype`` is the precision the layer passes ran in (``fp32`` | ``bf16``), with
+    ``engine.forward_dtype_asked`` the option when it differs (``auto``, or ``bf16`` on a device without it).
     """
     engine = dataclasses.asdict(run.engine_cfg)
     engine.update(propagate=config.propagate or run.spec.propagate,
                   sequential=config.sequential or run.spec.sequential)
+    ran = result.precision.get("forward")  # fp32 | bf16 as the passes ran (empty: a block-scope run)
+    if ran and ran != engine["forward_dtype"]:  # auto resolved, or bf16 asked where the device has none (a warning)
+        engine.update(forward_dtype=ran, forward_dtype_asked=engine["forward_dtype"])
     return {
         "schema": SCHEMA,
         "model": config.model,
@@ -50,6 +55,20 @@ def result_record(config: RunConfig, run: Any, result: EngineResult, accounting:
         "protocol": run.protocol,
         "engine": engine,
         "layers": [{key: record.get(key) for key in LAYER_FIELDS} for record in result.layers],
+        "allocation": result.allocation or {"kind": "uniform", "label": "uniform"},
+        "refine": refine_summary(run.engine_cfg.refine, result.layers),
         "versions": versions(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+
+
+def refine_summary(refine: Any, layers: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """DSnoT's effect over the run: swaps, and the mean ‖ΔW X*‖/‖W X*‖ of the methods' masks and the refined ones."""
+    if refine is None:
+        return None
+    refined = [r for r in layers if "rel_error_before_refine" in r.get("info", {})]
+    before = [float(r["info"]["rel_error_before_refine"]) for r in refined]
+    after = [float(r["rel_error"]) for r in refined]
+    return {**refine.to_dict(), "swaps": sum(int(r.get("info", {}).get("dsnot_swaps", 0)) for r in layers),
+            "rel_error_before_mean": sum(before) / len(before) if before else None,
+            "rel_error_after_mean": sum(after) / len(after) if after else None}

@@ -3,7 +3,8 @@
 ``Compression(sparsity, quant, unit)`` says what a run asks for:
 
 - ``sparsity``: a :data:`toolkit.spec.targets.Target` (``50%``, ``2:4``, ``structured:30%``) or None;
-- ``quant``: a :class:`QuantSpec` (``int4``, ``int3:g64``, ``int8:g0`` = one group per row) or None;
+- ``quant``: a :class:`QuantSpec` (``int3:g64``, ``int8:g0`` = one group per row; ``int4`` without a
+  group runs groups of 128 inputs, or of 64, 32, … where 128 does not divide the model's widths) or None;
 - ``unit``: a :class:`Unit` (``heads``, ``channels``, ``heads+channels``) for block-scope methods
   that remove whole structural units, or None.
 
@@ -15,7 +16,9 @@ methods that support it and the form.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,17 +29,24 @@ QUANT_BITS = (2, 3, 4, 8)
 DEFAULT_GROUP_SIZE = 128
 
 
+MIN_AUTO_GROUP = 32  # the smallest group a spec without one is fitted to; below it, one group per row
+
+
 @dataclass(frozen=True, slots=True)
 class QuantSpec:
     """Weight-only integer quantization: ``bits`` per weight, one scale/zero per ``group_size`` inputs.
 
     ``group_size = 0`` means one group per output row (per-channel). ``symmetric = False`` (the
     default, AWQ's and GPTQ's) uses an asymmetric min-max grid with an integer zero point.
+    ``auto_group = True`` marks a spec given without a group (``int4``): a run fits ``group_size``
+    (at most) to the model's input widths once the model is loaded (:meth:`fit_group`); until then, and
+    wherever nothing fits it (a single linear in the Layer lab), it is ``group_size`` like a given one.
     """
 
     bits: int
     group_size: int = DEFAULT_GROUP_SIZE
     symmetric: bool = False
+    auto_group: bool = False
 
     def __post_init__(self) -> None:
         if self.bits not in QUANT_BITS:
@@ -51,8 +61,44 @@ class QuantSpec:
 
     @property
     def label(self) -> str:
-        """``int4:g128`` (``:sym`` appended when symmetric)."""
+        """``int4:g128`` (``:sym`` appended when symmetric): the group that runs, given or fitted."""
         return f"int{self.bits}:g{self.group_size}" + (":sym" if self.symmetric else "")
+
+    @property
+    def asked(self) -> str:
+        """The spec as given: ``int4`` (``int4:sym``) when the run picks the group, else :attr:`label`."""
+        return f"int{self.bits}" + (":sym" if self.symmetric else "") if self.auto_group else self.label
+
+    def fit_group(self, widths: Iterable[int]) -> QuantSpec:
+        """The spec a model whose quantized linears have these input ``widths`` runs with.
+
+        A given group (``auto_group`` False) or per-row groups (``group_size`` 0) are returned as they
+        are. Otherwise the first of ``group_size``, half of it, a quarter, … (128, 64, 32, …: the sizes
+        quantized kernels take) that every width is a whole number of groups of (``width % g == 0``, or
+        ``width ≤ g``: one group holds the row), so every group has g inputs and the checkpoint can be
+        saved: 128 for 4096/11008-wide inputs, 64 for 576/1536 (SmolLM2-135M). Below
+        :data:`MIN_AUTO_GROUP` the scales would cost more than the codes save (a shrunk model's
+        per-layer widths such as 1010–1125 share no such divisor), so one group per row (g0) is chosen.
+        """
+        if not self.auto_group or self.group_size == 0:
+            return self
+        sizes, group = set(widths), self.group_size
+        while group >= MIN_AUTO_GROUP and not all(w % group == 0 or w <= group for w in sizes):
+            group //= 2
+        return dataclasses.replace(self, group_size=group if group >= MIN_AUTO_GROUP else 0)
+
+    def fit_note(self, fitted: QuantSpec, widths: Iterable[int]) -> str:
+        """One line saying why ``fitted`` (from :meth:`fit_group`) has a smaller group; "" when it has not."""
+        if fitted.group_size == self.group_size:
+            return ""
+        odd = sorted({w for w in widths if w > self.group_size and w % self.group_size})
+        inputs = f"the {', '.join(str(w) for w in odd)}-wide inputs" if len(odd) <= 4 else \
+            f"the inputs of {len(odd)} widths ({', '.join(str(w) for w in odd[:4])}, …)"
+        given = QuantSpec(self.bits, self.group_size, self.symmetric).label
+        chosen = "one group per row (g0)" if fitted.group_size == 0 else f"group {fitted.group_size}"
+        return (f"{self.asked}: {chosen} chosen, {self.group_size} does not divide {inputs} (give {given} to keep "
+                f"{self.group_size}: each row's last group is then narrower and the "
+                "checkpoint cannot be saved)")
 
     @property
     def kind(self) -> str:
@@ -150,8 +196,7 @@ class Compression:
         return {
             "label": self.label, "kind": self.kind,
             "sparsity": None if self.sparsity is None else target_to_dict(self.sparsity),
-            "quant": None if quant is None else {"label": quant.label, "bits": quant.bits,
-                                                 "group_size": quant.group_size, "symmetric": quant.symmetric},
+            "quant": None if quant is None else _quant_dict(quant),
             "unit": None if self.unit is None else self.unit.value,
         }
 
@@ -162,9 +207,16 @@ class Compression:
         return cls(
             sparsity=None if sparsity is None else target_from_dict(sparsity),
             quant=None if quant is None else QuantSpec(int(quant["bits"]), int(quant["group_size"]),
-                                                       bool(quant["symmetric"])),
+                                                       bool(quant["symmetric"]), bool(quant.get("auto_group"))),
             unit=None if unit is None else Unit(unit),
         )
+
+
+def _quant_dict(quant: QuantSpec) -> dict[str, Any]:
+    """A grid as plain data; ``auto_group`` (the run fitted the group) only where it is True."""
+    data: dict[str, Any] = {"label": quant.label, "bits": quant.bits, "group_size": quant.group_size,
+                            "symmetric": quant.symmetric}
+    return data | {"auto_group": True} if quant.auto_group else data
 
 
 def as_compression(value: Compression | Target) -> Compression:
@@ -175,8 +227,12 @@ def as_compression(value: Compression | Target) -> Compression:
 def parse_quant(text: str | QuantSpec | None) -> QuantSpec | None:
     """Parse ``int4``, ``int3:g64``, ``int4:g128:sym``, ``4`` into a :class:`QuantSpec` (None/"" → None).
 
-    >>> parse_quant("int4"), parse_quant("int2:g64:sym")
-    (QuantSpec(bits=4, group_size=128, symmetric=False), QuantSpec(bits=2, group_size=64, symmetric=True))
+    Without a ``:g`` part the group is the default, fitted to the model by the run (``auto_group``):
+
+    >>> parse_quant("int4")
+    QuantSpec(bits=4, group_size=128, symmetric=False, auto_group=True)
+    >>> parse_quant("int2:g64:sym")
+    QuantSpec(bits=2, group_size=64, symmetric=True, auto_group=False)
     """
     if text is None or isinstance(text, QuantSpec):
         return text
@@ -187,7 +243,7 @@ def parse_quant(text: str | QuantSpec | None) -> QuantSpec | None:
     bits_text = head.removeprefix("int").removeprefix("w")
     if not bits_text.isdigit():
         raise ToolkitError(f"cannot read quantization {text!r}: use int4, int3, int2 or int8, e.g. int4:g128")
-    group, symmetric = DEFAULT_GROUP_SIZE, False
+    group, symmetric = None, False
     for part in rest:
         if part.startswith("g") and part[1:].isdigit():
             group = int(part[1:])
@@ -195,7 +251,8 @@ def parse_quant(text: str | QuantSpec | None) -> QuantSpec | None:
             symmetric = part == "sym"
         else:
             raise ToolkitError(f"cannot read {part!r} in quantization {text!r}: use e.g. int4:g128 or int4:g128:sym")
-    return QuantSpec(bits=int(bits_text), group_size=group, symmetric=symmetric)
+    return QuantSpec(bits=int(bits_text), group_size=DEFAULT_GROUP_SIZE if group is None else group,
+                     symmetric=symmetric, auto_group=group is None)
 
 
 def parse_unit(text: str | Unit | None) -> Unit | None:

@@ -1,0 +1,66 @@
+"""The Runs tab's Recover panel (app/recover_panel.py) driven through its handler on a tiny saved run."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from app.recover_panel import cancel_message, recover_stream
+from tests.helpers.recovery import parent_run
+from toolkit.store.runs import list_runs
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return parent_run(tmp_path_factory.mktemp("panel-parent"))
+
+
+@pytest.fixture
+def store(parent: Path, tmp_path: Path) -> Path:
+    shutil.copytree(parent, tmp_path / parent.name)
+    return tmp_path
+
+
+def test_recover_streams_the_loss_and_ends_with_before_and_after(store: Path, parent: Path) -> None:
+    updates = list(recover_stream(parent.name, 3, runs_dir=str(store), session="panel-ok"))
+    final = updates[-1]
+    assert "✓ finished" in final["status"] and "step 3 of 3" in final["status"]
+    assert "| perplexity (wiki) |" in final["result"] and f"parent `{parent.name}`" in final["result"]
+    assert list(final["loss"].data[0].x) == [1, 2, 3] and "→" in final["loss"].layout.title.text
+    assert "notice" not in final
+    child = [r for r in list_runs(store) if r.config.get("method") == "recover"]
+    assert len(child) == 1 and child[0].status == "finished"
+
+
+@pytest.mark.parametrize(("run_id", "steps", "message"), [
+    ("", 3, "pick a run first"),
+    ("x", 0, "steps must be a whole number ≥ 1, got 0"),
+    ("x", "many", "steps must be a whole number ≥ 1, got 'many'"),
+])
+def test_bad_input_is_a_message_before_any_work(store: Path, run_id: str, steps: object, message: str) -> None:
+    (update,) = recover_stream(run_id, steps, runs_dir=str(store), session="panel-bad")
+    assert message in update["status"] and message in update["notice"]
+    assert len(list_runs(store)) == 1
+
+
+def test_a_run_without_a_model_is_refused_with_what_to_do(store: Path, parent: Path) -> None:
+    shutil.rmtree(store / parent.name / "model")
+    final = list(recover_stream(parent.name, 3, runs_dir=str(store), session="panel-nomodel"))[-1]
+    assert "re-run prune with --save-model" in final["notice"] and "⚠" in final["status"]
+
+
+def test_cancel_stops_the_recovery_and_marks_the_new_run(store: Path, parent: Path) -> None:
+    said = ""
+    stream = recover_stream(parent.name, 400, runs_dir=str(store), session="panel-cancel")
+    updates = []
+    for update in stream:
+        updates.append(update)
+        if not said and "step " in update.get("status", ""):
+            said = cancel_message("panel-cancel", str(store))
+    assert "is marked **cancelled**; its parent run is unchanged" in said
+    assert "■ cancelled" in updates[-1]["status"]
+    (child,) = [r for r in list_runs(store) if r.config.get("method") == "recover"]
+    assert child.status == "cancelled" and not (child.path / "model").exists()
+    assert cancel_message("panel-nothing", str(store)).startswith("Nothing to cancel")

@@ -1,0 +1,168 @@
+"""What a recovery is asked to do, and the parent run it starts from, checked before any work (no torch).
+
+:class:`RecoverConfig` holds the recovery settings, checked when it is built. :func:`read_parent`
+checks the parent run folder and reads its protocol. Both raise one :class:`ToolkitError` line
+that says what to do. They run before any model loads or any file is written
+(:mod:`toolkit.run.recover` does the work).
+
+The defaults are sized for a 2-core CPU and the embedded model (docs/recover.md has the measured
+time): 50 AdamW steps of about 512 tokens (max(1, 512 // seqlen) windows of the parent's calibration
+length), rank 8, alpha 16 (scale s = alpha/rank = 2), peak learning rate 5·10⁻⁴. The windows are
+drawn from the parent's calibration text with the parent's seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkit.errors import ToolkitError
+from toolkit.run.preflight import check_window
+from toolkit.store.runs import RunRecord, open_run
+
+DEFAULT_STEPS = 50
+DEFAULT_RANK = 8
+DEFAULT_ALPHA = 16.0
+DEFAULT_LR = 5e-4
+TOKENS_PER_STEP = 512  # the default batch: max(1, TOKENS_PER_STEP // seqlen) windows a step
+METHOD = "recover"  # the method name of a recovery run in the run store
+SETTINGS = ("steps", "rank", "alpha", "lr", "batch_size", "seqlen", "seed", "eval_windows", "device", "out_dir")
+
+
+@dataclass(frozen=True)
+class RecoverConfig:
+    """One recovery of the saved run in ``run_dir``; ``None`` means the parent's value.
+
+    ``seqlen`` and ``seed`` default to the parent's calibration protocol; ``batch_size`` to
+    ``max(1, 512 // seqlen)`` windows, about 512 tokens a step. ``eval_windows`` defaults to
+    the parent's evaluation windows; a number keeps only the first N. ``out_dir`` defaults to the
+    parent's run store (the folder that holds ``run_dir``).
+    """
+
+    run_dir: str
+    steps: int = DEFAULT_STEPS
+    rank: int = DEFAULT_RANK
+    alpha: float = DEFAULT_ALPHA
+    lr: float = DEFAULT_LR
+    batch_size: int | None = None
+    seqlen: int | None = None
+    seed: int | None = None
+    eval_windows: int | None = None
+    device: str = "auto"
+    out_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "rank", "batch_size"):
+            value = getattr(self, name)
+            if name == "batch_size" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                flag = "--" + name.replace("_", "-")
+                raise ToolkitError(f"{flag} must be a whole number ≥ 1, got {value!r}")
+        for name in ("alpha", "lr"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                    or value <= 0:
+                raise ToolkitError(f"--{name} must be a number > 0, got {value!r}")
+        if self.seqlen is not None:
+            check_window(self.seqlen, None, "--seqlen")
+        if self.eval_windows is not None and self.eval_windows < 1:
+            raise ToolkitError(f"--eval-windows must be ≥ 1 (leave it out for the parent's), got {self.eval_windows}")
+
+    @property
+    def store(self) -> Path:
+        """The run store the new run goes to."""
+        return Path(self.out_dir) if self.out_dir else Path(self.run_dir).expanduser().resolve().parent
+
+
+@dataclass(frozen=True)
+class ParentRun:
+    """The parent run as a recovery needs it: its record, saved model and protocol."""
+
+    record: RunRecord
+    model_dir: Path
+    calib: str
+    seqlen: int
+    batch_size: int
+    seed: int
+    encoding: str
+    eval_data: str | None
+    eval_seqlen: int
+    eval_windows: int | None
+
+    @property
+    def run_id(self) -> str:
+        """The parent's folder name."""
+        return self.record.run_id
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The parent's config.json."""
+        return self.record.config
+
+
+def read_parent(config: RecoverConfig) -> ParentRun:
+    """Check that ``config.run_dir`` is a run with a saved float model; returns its protocol.
+
+    Raises :class:`ToolkitError` when the folder is not a run folder, is damaged or still running, is
+    a quantized run, saved no model, or has no calibration protocol.
+    """
+    path = Path(config.run_dir).expanduser()
+    if not path.is_dir():
+        raise ToolkitError(f"{config.run_dir!r} is not a run folder (no such folder); give a folder of the run store, "
+                           "e.g. runs/<id> (`python -m toolkit runs --out STORE` lists them)")
+    if not (path / "config.json").is_file():
+        raise ToolkitError(f"{config.run_dir!r} is not a run folder (it has no config.json); give a folder of the run "
+                           "store, e.g. runs/<id> (`python -m toolkit runs --out STORE` lists them)")
+    record = open_run(path)
+    if record.status == "damaged":
+        raise ToolkitError(f"run {record.run_id} is damaged ({record.error}); pick another run")
+    if record.status == "running":
+        raise ToolkitError(f"run {record.run_id} is still running; recover it once it has finished")
+    _check_float(record)
+    model_dir = path / "model"
+    if not (model_dir / "config.json").is_file():
+        raise ToolkitError(f"run {record.run_id} saved no model: re-run prune with --save-model, then recover that "
+                           "run (recovery fine-tunes the saved checkpoint)")
+    cfg = record.config
+    missing = [key for key in ("calib", "seqlen", "seed") if key not in cfg]
+    if missing:
+        raise ToolkitError(f"run {record.run_id} records no calibration protocol ({', '.join(missing)} missing in its "
+                           "config.json); recover a run written by `python -m toolkit prune`")
+    eval_data = cfg.get("eval_data") or None
+    seqlen = config.seqlen if config.seqlen is not None else int(cfg["seqlen"])
+    windows = config.eval_windows if config.eval_windows is not None else cfg.get("eval_windows")
+    batch = config.batch_size if config.batch_size is not None else max(1, TOKENS_PER_STEP // seqlen)
+    return ParentRun(record=record, model_dir=model_dir, calib=str(cfg["calib"]), seqlen=seqlen, batch_size=batch,
+                     seed=config.seed if config.seed is not None else int(cfg["seed"]),
+                     encoding=str(cfg.get("encoding") or "utf-8"), eval_data=eval_data,
+                     eval_seqlen=int(cfg.get("eval_seqlen") or 512), eval_windows=windows)
+
+
+def _check_float(record: RunRecord) -> None:
+    """Refuse a quantized run: the update would leave its quantization grid."""
+    quant = record.compression.get("quant")
+    if record.config.get("quant") or quant:
+        label = quant.get("label") if isinstance(quant, dict) else record.config.get("quant")
+        raise ToolkitError(f"run {record.run_id} is quantized ({label}): recovery supports sparse or shrunk float runs "
+                           "(a low-rank update would move the weights off the quantization grid); recover a run "
+                           "pruned without --quant")
+
+
+def run_config(config: RecoverConfig, parent: ParentRun, device: str) -> dict[str, Any]:
+    """The new run's config.json: the recovery settings, the parent's link, compression and protocol.
+
+    ``options`` repeats the recovery settings, as a prune run's method options, for the run tables.
+    """
+    cfg = parent.config
+    settings = {"steps": config.steps, "rank": config.rank, "alpha": config.alpha, "lr": config.lr,
+                "batch_size": parent.batch_size, "seqlen": parent.seqlen}
+    return {"model": cfg.get("model", "?"), "method": METHOD, "parent": parent.run_id,
+            "parent_dir": str(Path(config.run_dir).expanduser().resolve()), "parent_method": cfg.get("method"),
+            "sparsity": cfg.get("sparsity"), "quant": None, "unit": cfg.get("unit"),
+            "compression": parent.record.compression, **settings, "seed": parent.seed, "calib": parent.calib,
+            "encoding": parent.encoding, "eval_data": parent.eval_data, "eval_seqlen": parent.eval_seqlen,
+            "eval_windows": parent.eval_windows, "device": device, "out_dir": str(config.store),
+            "save_model": True, "options": settings}
