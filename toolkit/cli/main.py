@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "auto: every GPU when there are several and the inputs are dense)")
     _add_scale_options(p)
     _add_other_commands(sub)
+    from toolkit.cli.recover import add_recover_command
+
+    add_recover_command(sub)
     return parser
 
 
@@ -160,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return eval_command(args)
         if args.command == "methods":
             return _methods(args)
+        if args.command == "recover":
+            from toolkit.cli.recover import run_recover
+
+            return run_recover(args)
         if args.command == "generate":
             return _generate(args)
         return _runs(args)
