@@ -25,11 +25,11 @@ from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import Event
 from toolkit.figures.recovery import recovery_figure
 from toolkit.live.recovery import RecoveryView
+from toolkit.run.recover_config import DEFAULT_STEPS
 
 log = logging.getLogger(__name__)
 PERIOD = 0.5  # seconds between refreshes while a recovery streams
 QUEUE_POLL = 0.5
-DEFAULT_STEPS = 50
 KIND = "recover"  # the session's job kind (apart from the Run tab's "run")
 
 

@@ -6,7 +6,6 @@ exactly 0 in the saved checkpoint; bad input is one line before any work; a canc
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 
 from tests.helpers.recovery import fingerprint, parent_run, pruned_nonzero
 from toolkit.api import CancelToken, recover_model
-from toolkit.cli.recover import add_recover_command, run_recover
+from toolkit.cli.main import main
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import EvalPoint, RecoveryStep, RunFailed, RunFinished, RunStarted
 from toolkit.run import recover as recover_module
@@ -43,9 +42,7 @@ def _recover(store: Path, **settings: object) -> dict:
 
 
 def _cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    add_recover_command(parser.add_subparsers(dest="command"))
-    return run_recover(parser.parse_args(["recover", *argv]))
+    return main(["recover", *argv])
 
 
 def test_recovery_is_a_new_run_linked_to_its_parent_with_the_masks_kept(store: Path) -> None:
@@ -205,12 +202,35 @@ def test_the_cli_prints_the_perplexity_before_and_after(store: Path, capsys: pyt
     assert json.loads((store / "out.json").read_text())["parent"] == folder.name
 
 
-def test_the_cli_refuses_bad_input_with_one_line(store: Path) -> None:
+@pytest.mark.parametrize(("args", "message"), [
+    (["--steps", "0"], "error: --steps must be a whole number ≥ 1, got 0"),
+    (["--rank", "33"], "error: --rank 33 is larger than min(out, in) = 32 of layer 0 self_attn.k_proj (32×64): "
+                       "use --rank ≤ 32"),
+])
+def test_the_cli_refuses_bad_input_with_one_line(store: Path, capsys: pytest.CaptureFixture, args: list[str],
+                                                 message: str) -> None:
     (folder,) = list(store.iterdir())
-    with pytest.raises(ToolkitError, match="--steps must be a whole number ≥ 1, got 0"):
-        _cli([str(folder), "--steps", "0"])
-    with pytest.raises(ToolkitError, match="is not a run folder"):
-        _cli([str(store / "nope")])
+    assert _cli([str(folder), *args]) == 2
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("error")] == [message] and "Traceback" not in err
+    assert len(list_runs(store)) == 1
+
+
+def test_ctrl_c_in_the_cli_marks_the_new_run_cancelled(store: Path, capsys: pytest.CaptureFixture,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    (folder,) = list(store.iterdir())
+    before = fingerprint(folder)
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(recover_module, "train", interrupted)
+    assert _cli([str(folder), "--steps", "2"]) == 130
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("cancelled")]
+    assert err == [f"cancelled: recovery cancelled; run {folder.name} and its model are unchanged; "
+                   "the run is marked cancelled"]
+    (child,) = [r for r in list_runs(store) if r.run_id != folder.name]
+    assert child.status == "cancelled" and fingerprint(folder) == before
 
 
 @pytest.mark.slow

@@ -25,9 +25,9 @@ from toolkit.figures.recovery import recovery_figure
 from toolkit.live.recovery import RecoveryView
 from toolkit.notebook.panels import FIELD, FLEX_ROW, PANEL_PX
 from toolkit.notebook.widgets import _copy_into
+from toolkit.run.recover_config import DEFAULT_STEPS
 
 REFRESH = 0.5  # seconds between redraws while a recovery streams
-DEFAULT_STEPS = 50
 
 
 class RecoveryPanel:

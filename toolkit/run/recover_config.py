@@ -6,7 +6,7 @@ that says what to do. They run before any model loads or any file is written
 (:mod:`toolkit.run.recover` does the work).
 
 The defaults are sized for a 2-core CPU and the embedded model (docs/recover.md has the measured
-time): 50 AdamW steps of about 512 tokens (max(1, 512 // seqlen) windows of the parent's calibration
+time): 40 AdamW steps of about 512 tokens (max(1, 512 // seqlen) windows of the parent's calibration
 length), rank 8, alpha 16 (scale s = alpha/rank = 2), peak learning rate 5·10⁻⁴. The windows are
 drawn from the parent's calibration text with the parent's seed.
 """
@@ -22,7 +22,7 @@ from toolkit.errors import ToolkitError
 from toolkit.run.preflight import check_window
 from toolkit.store.runs import RunRecord, open_run
 
-DEFAULT_STEPS = 50
+DEFAULT_STEPS = 40
 DEFAULT_RANK = 8
 DEFAULT_ALPHA = 16.0
 DEFAULT_LR = 5e-4
