@@ -138,6 +138,15 @@ class Job:
         """Ask the run to stop (it is recorded as cancelled in the run store)."""
         self.token.cancel()
 
+    def stream_closed(self, line: DeviceQueue, ticket: int) -> None:
+        """The page stopped following this job: a queued job steps out of ``line``, a running one is cancelled."""
+        if self.state == "queued":  # closed while waiting: step out of the line
+            line.leave(ticket)
+            self.state = "done"
+            self.finished.set()
+        elif not self.finished.is_set():  # closed while running: the worker records the cancel
+            self.cancel()
+
 
 class SessionJobs:
     """``(session, kind) → Job``: what Cancel and the tab's unload act on."""

@@ -89,12 +89,7 @@ def recover_stream(run_id: str, steps: Any, *, runs_dir: str, session: str = "lo
         job.start(lambda: _events(Path(runs_dir) / str(run_id), count, job.token), on_exit=lambda: line.leave(ticket))
         yield from _follow(job, clock, run_id)
     finally:
-        if job.state == "queued":
-            line.leave(ticket)
-            job.state = "done"
-            job.finished.set()
-        elif not job.finished.is_set():
-            job.cancel()
+        job.stream_closed(line, ticket)
 
 
 def _steps(value: Any) -> int:

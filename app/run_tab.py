@@ -63,12 +63,7 @@ def run_stream(settings: forms.RunSettings, *, runs_dir: str, session: str = "lo
         yield from _follow(job, clock, Path(runs_dir), config)
     finally:
         log.info("run stream of session %s closed (job %s)", session, job.state)
-        if job.state == "queued":  # closed while waiting: step out of the line
-            line.leave(ticket)
-            job.state = "done"
-            job.finished.set()
-        elif not job.finished.is_set():  # closed while running: the worker records the cancel
-            job.cancel()
+        job.stream_closed(line, ticket)
 
 
 def _wait_turn(job: Job, line: Any, ticket: int, config: RunConfig) -> Iterator[dict[str, Any]]:

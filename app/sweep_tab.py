@@ -127,12 +127,7 @@ def sweep_stream(settings: SweepSettings, *, runs_dir: str, session: str = "loca
         job.start(lambda: run_sweep(configs, job.token), on_exit=lambda: line.leave(ticket))
         yield from _follow(job, configs, notes, clock)
     finally:
-        if job.state == "queued":
-            line.leave(ticket)
-            job.state = "done"
-            job.finished.set()
-        elif not job.finished.is_set():
-            job.cancel()
+        job.stream_closed(line, ticket)
 
 
 def _follow(job: Job, configs: list[RunConfig], notes: list[str], clock: Callable[[], float]) -> Iterator[dict]:
