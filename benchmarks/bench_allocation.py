@@ -70,6 +70,7 @@ def main() -> None:
     parser.add_argument("--nsamples", type=int, default=32)
     parser.add_argument("--seqlen", type=int, default=512)
     parser.add_argument("--eval-windows", type=int, default=None, help="default: all windows")
+    parser.add_argument("--save-model", action="store_true", help="save each pruned model (for `toolkit recover`)")
     parser.add_argument("--out", default="runs_bench")
     parser.add_argument("--json", default=None, help="append the objects to this JSON-lines file (and resume from it)")
     args = parser.parse_args()
@@ -79,7 +80,7 @@ def main() -> None:
         refine = None if refine_text in ("", "None", "none") else refine_text
         config = RunConfig(model=args.model, method=method, sparsity=sparsity, allocation=allocation, refine=refine,
                            nsamples=args.nsamples, seqlen=args.seqlen, eval_windows=args.eval_windows,
-                           eval_dense=True, out_dir=args.out)
+                           eval_dense=True, save_model=args.save_model, out_dir=args.out)
         key = (method, str(config.sparsity), str(config.to_dict()["allocation"]),
                str(config.to_dict()["refine"]), args.eval_windows)
         if key in done:

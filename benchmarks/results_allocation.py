@@ -60,7 +60,7 @@ def render_allocation(paths: list[Path]) -> Lines:
             r = cells.get(variant)
             if r is not None:
                 times.append([method, sparsity, header, num(r["prune_seconds"], 0), num(r["plan_seconds"], 1),
-                              num(r["refine_seconds"], 1), num(r["total_seconds"], 0),
+                              num(r["refine_seconds"], 1), num(r.get("total_seconds"), 0),
                               num(r.get("dsnot_swaps")), num(r.get("rel_error_before_refine"), 4),
                               num(r.get("rel_error_after_refine"), 4)])
     lines = table_lines(["method", "sparsity", *HEADERS], body)
@@ -73,10 +73,12 @@ def render_allocation(paths: list[Path]) -> Lines:
                           "DSnoT swaps", "error before DSnoT", "error after"], times)
     recovered = [r for r in records if r.get("benchmark") == "recover"]
     if recovered:
-        lines += ["", "Recovery (`python -m toolkit recover RUN`): LoRA on the calibration text, masks kept.", ""]
-        lines += table_lines(["parent run", "steps", "ppl before", "ppl after", "seconds"],
+        lines += ["", "Recovery (`python -m toolkit recover RUN`, `bench_recover.py`): masked LoRA on the parent's "
+                  "calibration text with the recovery defaults of [recover.md](recover.md), perplexity on the same "
+                  "210 windows before and after:", ""]
+        lines += table_lines(["parent run", "steps", "ppl before", "ppl after", "training s", "run s (with evals)"],
                              [[r["parent"], num(r["steps"]), num(r["ppl_before"], 2), num(r["ppl_after"], 2),
-                               num(r["seconds"], 0)] for r in recovered])
+                               num(r["seconds"], 0), num(r.get("total_seconds"), 0)] for r in recovered])
     return lines
 
 
