@@ -1,4 +1,4 @@
-"""The allocation table of docs/results.md: one cell per variant, uniform cells from the perplexity grid, recovery rows."""
+"""The allocation table of docs/results.md: a cell per variant, uniform cells from the grid, recovery rows."""
 
 from __future__ import annotations
 

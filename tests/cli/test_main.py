@@ -192,3 +192,18 @@ def test_a_cached_dense_perplexity_says_it_was_cached(tmp_path: Path, capsys: py
     assert any(getattr(e, "cached", False) for e in events)
     update, _ = render(fold(events), 0.0)
     assert "(cached)" in update["result"]
+
+
+def test_the_summary_names_the_allocation_and_the_refinement(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """An OWL + DSnoT run says its layer sparsity range and DSnoT's swaps; a uniform run prints neither line."""
+    assert main(["prune", *TINY, "--sparsity", "60%", "--allocation", "owl", "--refine", "dsnot:5",
+                 "--out", str(tmp_path / "runs"), "--json", str(tmp_path / "r.json")]) == 0
+    result = json.loads((tmp_path / "r.json").read_text())
+    ratios = result["allocation"]["ratios"]
+    out = capsys.readouterr().out
+    assert f"allocation owl:5,0.08: layer sparsity {min(ratios):.3f} to {max(ratios):.3f} over {len(ratios)} layers" \
+        in out
+    assert f"refine dsnot:5: {result['refine']['swaps']:,} swaps, mean error " in out
+    assert main(["prune", *TINY, "--out", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "allocation" not in out and "refine" not in out

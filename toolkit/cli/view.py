@@ -155,12 +155,32 @@ def summary(result: dict[str, Any], not_saved: str = "") -> None:
           f"{acct['bits_per_weight']:.3f} bits/weight  estimated {acct['estimated_bytes'] / 2**20:.2f} MiB{on_disk}")
     checkpoint_summary(result.get("checkpoint"))
     precision_summary(result)
+    for line in plan_lines(result):
+        print(line)
     for name, value in result["dense_ppl"].items():
         print(f"dense  ppl ({name}): {value:.3f}" + (" (cached)" if name in result.get("dense_ppl_cached", []) else ""))
     for name, value in result["ppl"].items():
         print(f"pruned ppl ({name}): {value:.3f}")
     print(saved_line(result.get("checkpoint"), not_saved))
     print(f"run record: {result['run_dir']}")
+
+
+def plan_lines(result: dict[str, Any]) -> list[str]:
+    """The per-layer allocation (when not uniform) and DSnoT's refinement, one line each; [] for a plain run."""
+    lines = []
+    plan = result.get("allocation") or {}
+    ratios = plan.get("ratios") or []
+    if plan.get("kind", "uniform") != "uniform" and ratios:
+        seconds = (result.get("phases") or {}).get("plan")
+        took = f", plan {seconds:.1f} s" if seconds else ""
+        lines.append(f"allocation {plan['label']}: layer sparsity {min(ratios):.3f} to {max(ratios):.3f} over "
+                     f"{len(ratios)} layers{took}")
+    refine = result.get("refine") or {}
+    if refine:
+        before, after = refine.get("rel_error_before_mean"), refine.get("rel_error_after_mean")
+        errors = f", mean error {before:.4f} → {after:.4f}" if before is not None and after is not None else ""
+        lines.append(f"refine {refine['label']}: {refine.get('swaps', 0):,} swaps{errors}")
+    return lines
 
 
 def saved_line(checkpoint: dict[str, Any] | None, not_saved: str = "") -> str:
