@@ -18,9 +18,10 @@ import queue
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from toolkit.api import CancelToken, device_slot
+from toolkit.api import CancelToken, device_slot, open_run
 from toolkit.errors import ToolkitError
 
 log = logging.getLogger(__name__)
@@ -182,3 +183,23 @@ class SessionJobs:
 
 
 SESSIONS = SessionJobs()
+
+
+def cancel_and_wait(session: str, kind: str, runs_dir: str, wait: float) -> tuple[Job, str] | None:
+    """Cancel the session's job of ``kind`` (a Cancel button) and wait up to ``wait`` seconds for it to end.
+
+    None when nothing is going on (no job, or one that finished without being cancelled); else the
+    job and its run's status in the store: "" when it was cancelled before its run began,
+    "cancelled" where the record cannot be read.
+    """
+    job = SESSIONS.get(session, kind)
+    if job is None or (job.finished.is_set() and not job.token.cancelled):
+        return None
+    job.cancel()
+    job.finished.wait(wait)
+    if not job.run_id:
+        return job, ""
+    try:
+        return job, open_run(Path(runs_dir) / job.run_id).status
+    except ToolkitError:
+        return job, "cancelled"

@@ -19,8 +19,8 @@ from typing import Any, cast
 
 from app import howto
 from app.howto import Plot
-from app.jobs import DONE, SESSIONS, Job, device_queue
-from toolkit.api import CancelToken, open_run, recover_model
+from app.jobs import DONE, SESSIONS, Job, cancel_and_wait, device_queue
+from toolkit.api import CancelToken, recover_model
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import Event
 from toolkit.figures.recovery import recovery_figure
@@ -155,17 +155,12 @@ def result_markdown(view: RecoveryView) -> str:
 
 def cancel_message(session: str, runs_dir: str, wait: float = 20.0) -> str:
     """Cancel the session's recovery (or its place in the queue); say how it ended."""
-    job = SESSIONS.get(session, KIND)
-    if job is None or (job.finished.is_set() and not job.token.cancelled):
+    ended = cancel_and_wait(session, KIND, runs_dir, wait)
+    if ended is None:
         return "Nothing to cancel: no recovery is going on."
-    job.cancel()
-    job.finished.wait(wait)
-    if not job.run_id:
+    job, status = ended
+    if not status:
         return "**■ cancelled** before it started; nothing was written."
-    try:
-        status = open_run(Path(runs_dir) / job.run_id).status
-    except ToolkitError:
-        status = "cancelled"
     return f"**■ cancelled** · run `{job.run_id}` is marked **{status}**; its parent run is unchanged."
 
 

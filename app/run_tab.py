@@ -18,8 +18,8 @@ from typing import Any, cast
 
 from app import forms, howto, views
 from app.howto import Plot
-from app.jobs import DONE, SESSIONS, Job, device_queue
-from toolkit.api import RunConfig, open_run, run
+from app.jobs import DONE, SESSIONS, Job, cancel_and_wait, device_queue
+from toolkit.api import RunConfig, run
 from toolkit.errors import ToolkitError
 from toolkit.events import Event, RunStarted
 from toolkit.figures.registry import ROWS, RUN_FIGURES
@@ -130,16 +130,12 @@ def cancel_message(session: str, runs_dir: str, wait: float = 20.0) -> str:
     """Cancel the session's run (or its place in the queue); say how it ended."""
     job = SESSIONS.get(session, "run")
     log.info("cancel requested by session %s (job %s)", session, job and job.state)
-    if job is None or (job.finished.is_set() and not job.token.cancelled):
+    ended = cancel_and_wait(session, "run", runs_dir, wait)
+    if ended is None:
         return "Nothing to cancel: no run is going on in this tab."
-    job.cancel()
-    job.finished.wait(wait)
-    if not job.run_id:
+    job, status = ended
+    if not status:
         return "**■ cancelled** before it started; nothing was run."
-    try:
-        status = open_run(Path(runs_dir) / job.run_id).status
-    except ToolkitError:
-        status = "cancelled"
     if not job.finished.is_set():
         return f"**■ cancelling** run `{job.run_id}`: it stops at the next linear."
     return f"**■ cancelled** · run `{job.run_id}` is marked **{status}** in the run store."

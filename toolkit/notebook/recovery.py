@@ -13,7 +13,6 @@ Like the other widgets, this module reads events only and never imports torch (C
 from __future__ import annotations
 
 import math
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import Event
 from toolkit.figures.recovery import recovery_figure
 from toolkit.live.recovery import RecoveryView
+from toolkit.notebook.background import BackgroundPanel
 from toolkit.notebook.panels import FIELD, FLEX_ROW, PANEL_PX
 from toolkit.notebook.widgets import _copy_into
 from toolkit.run.recover_config import DEFAULT_STEPS
@@ -30,13 +30,15 @@ from toolkit.run.recover_config import DEFAULT_STEPS
 REFRESH = 0.5  # seconds between redraws while a recovery streams
 
 
-class RecoveryPanel:
+class RecoveryPanel(BackgroundPanel):
     """A recovery of one saved run for notebooks; display it, then press Recover or call :meth:`run`.
 
     ``run`` is a run folder (or a run id under ``runs_dir``) saved with ``--save-model``;
     ``settings`` are further :func:`toolkit.api.recover_model` settings (rank, alpha, lr, batch_size,
     seqlen, seed, eval_windows, device, out_dir).
     """
+
+    busy = "A recovery is going on; cancel it first."
 
     def __init__(self, run: str | Path = "", *, steps: int = DEFAULT_STEPS, runs_dir: str | Path = "runs",
                  **settings: Any) -> None:
@@ -55,8 +57,7 @@ class RecoveryPanel:
         self.figure = go.FigureWidget(recovery_figure(RecoveryView())).update_layout(width=PANEL_PX)
         self.view = RecoveryView()
         self.result: dict[str, Any] | None = None
-        self._token: CancelToken | None = None
-        self._thread: threading.Thread | None = None
+        super().__init__()
         self._drawn = -math.inf
         self.recover_button.on_click(lambda _: self.start())
         self.cancel_button.on_click(lambda _: self.cancel())
@@ -90,19 +91,6 @@ class RecoveryPanel:
             self.status.value = f"<b>⚠ {exc}</b>"
         self.refresh()
         return self.view
-
-    def start(self, **overrides: Any) -> None:
-        """Recover in a background thread (what the button does) so Cancel stays responsive."""
-        if self._thread is not None and self._thread.is_alive():
-            self.status.value = "<b>A recovery is going on; cancel it first.</b>"
-            return
-        self._thread = threading.Thread(target=self.run, kwargs=overrides, daemon=True)
-        self._thread.start()
-
-    def cancel(self) -> None:
-        """Stop the recovery at its next step or evaluation window (the new run is marked cancelled)."""
-        if self._token is not None:
-            self._token.cancel()
 
     def _on_event(self, event: Event) -> None:
         self.view.apply(event)

@@ -21,7 +21,6 @@ Like the app, this module reads events and run records only and never imports to
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from toolkit.figures.registry import ALLOCATION_ROW, FIGURES, ROWS, STRUCTURE_RO
 from toolkit.figures.registry import figure as view_figure
 from toolkit.live.phase import format_seconds, progress_line
 from toolkit.live.view import RunView
+from toolkit.notebook.background import BackgroundPanel
 from toolkit.notebook.panels import (
     FIELD,
     FLEX_ROW,
@@ -79,7 +79,7 @@ def _parse_options(text: str) -> dict[str, str]:
     return options
 
 
-class Dashboard:
+class Dashboard(BackgroundPanel):
     """The Run view for notebooks; display it, then press Run or call :meth:`run`."""
 
     FIGURES = FIGURES
@@ -130,8 +130,7 @@ class Dashboard:
                         for name in self.FIGURES}
         self.view = RunView()
         self.result_dict: dict[str, Any] | None = None
-        self._token: CancelToken | None = None
-        self._thread: threading.Thread | None = None
+        super().__init__()
         self.run_button.on_click(lambda _: self.start())
         self.cancel_button.on_click(lambda _: self.cancel())
         self.save_button.on_click(lambda _: self._save_clicked())
@@ -185,19 +184,6 @@ class Dashboard:
         except ToolkitError as exc:
             self.status.value = f"<b>⚠ {exc}</b>"
         return self.view
-
-    def start(self, **overrides: Any) -> None:
-        """Run in a background thread (what the Run button does) so Cancel stays responsive."""
-        if self._thread is not None and self._thread.is_alive():
-            self.status.value = "<b>A run is going on; cancel it first.</b>"
-            return
-        self._thread = threading.Thread(target=self.run, kwargs=overrides, daemon=True)
-        self._thread.start()
-
-    def cancel(self) -> None:
-        """Stop the current run at its next cancellation point (recorded as cancelled)."""
-        if self._token is not None:
-            self._token.cancel()
 
     def _drive(self, config: RunConfig, token: CancelToken) -> None:
         self.view, self.result_dict, last = RunView(), None, -math.inf
