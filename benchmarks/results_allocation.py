@@ -16,6 +16,20 @@ VARIANTS = (("uniform", None), ("owl", None), ("uniform", "dsnot"), ("owl", "dsn
 HEADERS = ("uniform", "OWL", "uniform + DSnoT", "OWL + DSnoT")
 
 
+METHODS = ("magnitude", "wanda", "sparsegpt", "fista", "thanos", "awp")  # row order: cheapest method first
+
+
+def _row_order(key: tuple[str, str]) -> tuple[int, str, float]:
+    """Rows by method (:data:`METHODS` order, others after), then by sparsity ascending."""
+    method, sparsity = key
+    rank = METHODS.index(method) if method in METHODS else len(METHODS)
+    try:
+        value = float(sparsity.rstrip("%"))
+    except ValueError:
+        value = float("inf")
+    return rank, method, value
+
+
 def _variant(record: Record) -> tuple[str, str | None]:
     allocation = "owl" if str(record["allocation"]).startswith("owl") else "uniform"
     return allocation, "dsnot" if record.get("refine") else None
@@ -53,7 +67,7 @@ def render_allocation(paths: list[Path]) -> Lines:
         grid.setdefault((r["method"], r["sparsity"]), {})[_variant(r)] = r
     baselines = _uniform_baselines(records, grid)
     body, times = [], []
-    for (method, sparsity), cells in grid.items():
+    for (method, sparsity), cells in sorted(grid.items(), key=lambda item: _row_order(item[0])):
         body.append([method, sparsity, *[num(_ppl(cells.get(v)), 2) if v in cells else "not measured"
                                          for v in VARIANTS]])
         for variant, header in zip(VARIANTS, HEADERS, strict=True):

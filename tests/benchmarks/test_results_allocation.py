@@ -52,3 +52,13 @@ def test_the_recovery_parent_is_named_by_method_sparsity_allocation_and_refineme
     assert parent_label(tmp_path) == "fista 60% owl:5,0.08 + dsnot:50"
     (tmp_path / "config.json").write_text(json.dumps({"method": "wanda", "sparsity": "70%", "allocation": None}))
     assert parent_label(tmp_path) == "wanda 70% uniform"
+
+
+def test_rows_go_by_method_then_sparsity_whatever_order_the_runs_came_in(tmp_path: Path) -> None:
+    runs = _write(tmp_path, "allocation_cpu.jsonl", [
+        _allocation("fista", "60%", "owl", None, 40.0), _allocation("sparsegpt", "70%", "owl", None, 147.0),
+        _allocation("wanda", "70%", "owl", None, 782.0), _allocation("wanda", "60%", "owl", None, 113.0),
+    ])
+    table = render_allocation([runs])
+    rows = [line.split(" | ")[0:2] for line in table[2:6]]
+    assert rows == [["| wanda", "60%"], ["| wanda", "70%"], ["| sparsegpt", "70%"], ["| fista", "60%"]]
