@@ -62,3 +62,14 @@ def test_rows_go_by_method_then_sparsity_whatever_order_the_runs_came_in(tmp_pat
     table = render_allocation([runs])
     rows = [line.split(" | ")[0:2] for line in table[2:6]]
     assert rows == [["| wanda", "60%"], ["| wanda", "70%"], ["| sparsegpt", "70%"], ["| fista", "60%"]]
+
+
+def test_the_grid_resumes_past_the_recoveries_in_its_file(tmp_path: Path) -> None:
+    """bench_allocation skips the runs its file has and reads past the recovery records beside them."""
+    from benchmarks.bench_allocation import done_keys
+
+    path = _write(tmp_path, "allocation_cpu.jsonl", [
+        {**_allocation("fista", "60%", "owl:5,0.08", None, 39.2), "eval_windows": None},
+        {"benchmark": "recover", "parent": "fista 60% owl:5,0.08", "steps": 40, "ppl_before": 39.2, "ppl_after": 28.9},
+    ])
+    assert done_keys(str(path)) == {("fista", "60%", "owl:5,0.08", "None", None)}
