@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.host_clock import Clock
+from benchmarks.records import emit
 from toolkit.api import RunConfig, prune_model
 
 VARIANTS = (("uniform", None), ("owl", None), ("owl", "dsnot"), ("uniform", "dsnot"))
@@ -87,11 +88,7 @@ def main() -> None:
             continue
         start = Clock.now()
         result = prune_model(config)
-        line = json.dumps(record(result, start, Clock.now(), args.eval_windows))
-        print(line, flush=True)
-        if args.json:
-            with open(args.json, "a", encoding="utf-8") as handle:
-                handle.write(line + "\n")
+        emit(record(result, start, Clock.now(), args.eval_windows), args.json)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.host_clock import Clock
+from benchmarks.records import emit
 from toolkit.api import recover_model
 
 
@@ -53,11 +54,7 @@ def main() -> None:
     settings = {} if args.steps is None else {"steps": args.steps}
     start = Clock.now()
     result = recover_model(run=args.run, **settings)
-    line = json.dumps(record(result, Path(args.run), start, Clock.now()))
-    print(line, flush=True)
-    if args.json:
-        with open(args.json, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+    emit(record(result, Path(args.run), start, Clock.now()), args.json)
 
 
 if __name__ == "__main__":

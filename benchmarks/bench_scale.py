@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.records import emit
 from benchmarks.scale_configs import (
     DTYPES,
     SHAPES,
@@ -264,16 +265,6 @@ def options_from(args: argparse.Namespace) -> ScaleOptions:
                         seqlen=args.seqlen, device=args.device, forward_dtype=args.forward_dtype,
                         save_model=args.save_model, stream=args.stream, options=parse_set(args.set),
                         workdir=args.workdir, keep=args.keep, seed=args.seed)
-
-
-def emit(record: dict[str, Any], json_file: str | None) -> None:
-    """Print ``record`` as one JSON line, and append it to ``json_file`` when given."""
-    line = json.dumps(record)
-    print(line, flush=True)
-    if json_file:
-        Path(json_file).parent.mkdir(parents=True, exist_ok=True)
-        with open(json_file, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
 
 
 def floor_only(name: str, shape: dict[str, Any], opts: ScaleOptions) -> dict[str, Any]:
