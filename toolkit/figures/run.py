@@ -26,6 +26,7 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
 from toolkit.events import BlockStep, LambdaStep, LayerDone, SolverStep, SublayerPruned
+from toolkit.figures.log_ticks import readable_
 from toolkit.live.view import error_matrix
 
 PALETTE = ("#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880", "#FF97FF",
@@ -52,6 +53,7 @@ def figure(data: list[Spec], layout: Spec) -> go.Figure:
         layout[key] = {**AXIS_STYLE, **layout.get(key, {})}
     for key in ("xaxis", "yaxis"):
         layout.setdefault(key, dict(AXIS_STYLE))
+    readable_(layout, data)  # every log axis labelled at each decade (log_ticks.py)
     return go.Figure({"data": data, "layout": layout}, _validate=False)
 
 
