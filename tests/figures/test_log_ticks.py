@@ -41,15 +41,15 @@ def test_error_bars_widen_the_ticked_range() -> None:
 def test_the_sweep_curve_labels_each_decade_on_its_perplexity_axis() -> None:
     points = [{"method": "wanda", "sparsity": s, "pattern": "unstructured", "achieved_sparsity": a, "ppl": p}
               for s, a, p in (("10%", 0.1, 21.0), ("50%", 0.5, 35.0), ("90%", 0.9, 4640.0))]
-    axis = sweep.sweep_figure(points, dense_ppl=20.0).layout.yaxis
-    assert axis.type == "log" and list(axis.tickvals) == [10.0, 100.0, 1000.0, 10000.0]
-    assert list(axis.ticktext) == ["10", "100", "1000", "10000"]
+    axis = sweep.sweep_figure(points, dense_ppl=20.0).to_dict()["layout"]["yaxis"]
+    assert axis["type"] == "log" and list(axis["tickvals"]) == [10.0, 100.0, 1000.0, 10000.0]
+    assert list(axis["ticktext"]) == ["10", "100", "1000", "10000"]
 
 
 def test_the_lambda_panel_gets_decade_ticks_through_the_shared_figure() -> None:
     steps = [LambdaStep(layer=0, name="q", round=r, lam=10.0 ** (r - 5), lam_low=0.0, lam_high=1e6, e_total=1.0,
                         e_round=0.1, ratio=0.1, xi=0.3, sparsity_before_rounding=0.5, improved=True) for r in range(4)]
-    axis = viz.lambda_figure(steps).layout.yaxis
-    assert axis.type == "log"
-    assert [math.log10(v) for v in axis.tickvals] == pytest.approx(list(range(-5, 7)))
-    assert axis.ticktext[-1] == "1e+06" and axis.ticktext[0] == "1e-05"
+    axis = viz.lambda_figure(steps).to_dict()["layout"]["yaxis"]
+    assert axis["type"] == "log"
+    assert [math.log10(v) for v in axis["tickvals"]] == pytest.approx(list(range(-5, 7)))
+    assert axis["ticktext"][-1] == "1e+06" and axis["ticktext"][0] == "1e-05"

@@ -79,8 +79,8 @@ def _numbers(values: Iterable[Any]) -> Iterable[float]:
             yield from _numbers(value)
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             yield float(value)
-        elif hasattr(value, "tolist"):  # a numpy array or scalar
-            listed = value.tolist()
+        elif callable(getattr(value, "tolist", None)):  # a numpy array or scalar
+            listed = getattr(value, "tolist")()  # noqa: B009 - the attribute is not known to the type checker
             yield from _numbers(listed if isinstance(listed, list) else [listed])
 
 
