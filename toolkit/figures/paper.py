@@ -5,7 +5,9 @@ curves, error heat-maps, keep-mask images and differences, overlap bars, histogr
 figures; :func:`to_matplotlib` reads the same data (traces and layout) back and draws it with
 matplotlib, so a PNG/PDF/SVG holds exactly what the interactive view shows. Supported traces:
 ``scatter`` (lines, markers, text), ``bar`` (grouped), ``histogram`` and ``heatmap``; panels are
-placed by the plotly axis domains.
+placed by the plotly axis domains, an axis ``overlaying`` another shares its panel (a right-hand
+axis); colours, reference lines and notes follow :mod:`toolkit.figures.paper_marks`. Files are
+cropped to what was drawn (``bbox_inches="tight"``), so colour-bar titles and labels stay whole.
 
 :func:`save_figure` writes the files; :func:`png_bytes` gives the static image the notebooks
 carry beside the interactive figure (:mod:`toolkit.figures.static`).
@@ -14,11 +16,12 @@ carry beside the interactive figure (:mod:`toolkit.figures.static`).
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from toolkit.errors import ToolkitError
+from toolkit.figures.paper_marks import colorway, draw_annotations, draw_shapes
 from toolkit.figures.paper_traces import decode_arrays, draw_trace, plain_text
 
 FORMATS = ("png", "pdf", "svg")
@@ -62,7 +65,7 @@ def _position(layout: Mapping[str, Any], panel: tuple[str, str],
 
 def _style_axis(ax: Any, axis: Mapping[str, Any], letter: str, show_ticks: bool) -> None:
     """Title, log type, range, percent ticks and reversal of one plotly axis on matplotlib ``ax``."""
-    from matplotlib.ticker import FuncFormatter, PercentFormatter
+    from matplotlib.ticker import FuncFormatter, MultipleLocator, PercentFormatter
 
     set_label, set_scale, set_lim = ((ax.set_xlabel, ax.set_xscale, ax.set_xlim) if letter == "x"
                                      else (ax.set_ylabel, ax.set_yscale, ax.set_ylim))
@@ -78,8 +81,12 @@ def _style_axis(ax: Any, axis: Mapping[str, Any], letter: str, show_ticks: bool)
     bounds = axis.get("range")
     if bounds is not None and len(bounds) == 2 and all(isinstance(b, int | float) for b in bounds):
         set_lim(*(10.0 ** b for b in bounds) if log else bounds)
-    if str(axis.get("tickformat", "")).endswith("%"):
-        target.set_major_formatter(PercentFormatter(1.0, decimals=0))
+    tickformat = str(axis.get("tickformat", ""))
+    if tickformat.endswith("%"):  # ".1%": one decimal
+        decimals = tickformat[1:-1] if tickformat.startswith(".") else ""
+        target.set_major_formatter(PercentFormatter(1.0, decimals=int(decimals) if decimals.isdigit() else 0))
+    if isinstance(axis.get("dtick"), int | float) and not log:
+        target.set_major_locator(MultipleLocator(float(axis["dtick"])))
     if axis.get("autorange") == "reversed":
         (ax.invert_xaxis if letter == "x" else ax.invert_yaxis)()
     if axis.get("showticklabels") is False or not show_ticks:
@@ -88,12 +95,15 @@ def _style_axis(ax: Any, axis: Mapping[str, Any], letter: str, show_ticks: bool)
         target.set_tick_params(rotation=-float(axis["tickangle"]))
 
 
-def _hlines(ax: Any, shapes: Iterable[Mapping[str, Any]]) -> None:
-    """Horizontal reference lines (``fig.add_hline``: a line shape spanning the x domain)."""
-    for shape in shapes:
-        if shape.get("type") == "line" and shape.get("y0") == shape.get("y1") and "domain" in str(shape.get("xref")):
-            dash = (shape.get("line") or {}).get("dash")
-            ax.axhline(float(shape["y0"]), color="#444", linewidth=0.8, linestyle="--" if dash else "-")
+def _add_axes(fig: Any, layout: Mapping[str, Any], panels: Sequence[tuple[str, str]],
+              height_in: float) -> dict[tuple[str, str], Any]:
+    """One matplotlib Axes per panel; a y axis ``overlaying`` another becomes the twin (right axis) of its panel."""
+    axes: dict[tuple[str, str], Any] = {}
+    for panel in panels:
+        base = str(layout.get(_axis_key(panel[1], "y"), {}).get("overlaying") or "")
+        under = next((ax for (x, y), ax in axes.items() if x == panel[0] and y == base), None)
+        axes[panel] = under.twinx() if under is not None else fig.add_axes(_position(layout, panel, height_in))
+    return axes
 
 
 def to_matplotlib(plotly_figure: Any, *, width_in: float = WIDTH_IN, height_in: float | None = None) -> Any:
@@ -111,32 +121,26 @@ def to_matplotlib(plotly_figure: Any, *, width_in: float = WIDTH_IN, height_in: 
     with matplotlib.rc_context(PAPER_STYLE):
         fig = Figure(figsize=(width_in, height_in))
         panels = _panels(data)
-        axes = {panel: fig.add_axes(_position(layout, panel, height_in)) for panel in panels}
-        bottom_y = min(panels, key=lambda p: layout.get(_axis_key(p[1], "y"), {}).get("domain", [0, 1])[0])[1]
-        bars = [t for t in data if t.get("type") == "bar"]
-        for trace in data:
+        axes = _add_axes(fig, layout, panels, height_in)
+        stacked = [p for p in panels if not layout.get(_axis_key(p[1], "y"), {}).get("overlaying")]
+        bottom_y = min(stacked, key=lambda p: layout.get(_axis_key(p[1], "y"), {}).get("domain", [0, 1])[0])[1]
+        bars, colors = [t for t in data if t.get("type") == "bar"], colorway(layout)
+        for index, trace in enumerate(data):
             panel = (str(trace.get("xaxis", "x")), str(trace.get("yaxis", "y")))
-            draw_trace(fig, axes[panel], trace, bars=bars, barmode=str(layout.get("barmode", "group")))
+            draw_trace(fig, axes[panel], trace, bars=bars, barmode=str(layout.get("barmode", "group")),
+                       color=colors[index % len(colors)])
         for (xref, yref), ax in axes.items():
-            x_axis = layout.get(_axis_key(xref, "x"), {})
-            shared = sum(1 for p in panels if p[0] == xref) > 1
-            _style_axis(ax, x_axis, "x", show_ticks=not shared or yref == bottom_y)
-            _style_axis(ax, layout.get(_axis_key(yref, "y"), {}), "y", show_ticks=True)
-            _hlines(ax, layout.get("shapes", []))
-        _annotations(fig, layout.get("annotations", []))
+            x_axis, y_axis = layout.get(_axis_key(xref, "x"), {}), layout.get(_axis_key(yref, "y"), {})
+            shared = sum(1 for p in stacked if p[0] == xref) > 1
+            _style_axis(ax, x_axis, "x", show_ticks=(not shared or yref == bottom_y) and (xref, yref) in stacked)
+            _style_axis(ax, y_axis, "y", show_ticks=True)
+            if y_axis.get("showgrid") is False:
+                ax.grid(False)
+        draw_shapes(axes, layout.get("shapes", []))
+        draw_annotations(fig, axes, layout.get("annotations", []), (LEFT, BOTTOM, RIGHT, TOP))
         _legend(list(axes.values()), layout)
         fig.suptitle(_title(layout.get("title", "")), x=LEFT, y=0.99, ha="left", fontsize=9)
     return fig
-
-
-def _annotations(fig: Any, annotations: Iterable[Mapping[str, Any]]) -> None:
-    """Paper-referenced annotations (panel titles, notes) at the same relative place."""
-    for note in annotations:
-        if note.get("xref") == "paper" and note.get("yref") == "paper" and note.get("text"):
-            x = LEFT + float(note.get("x", 0.5)) * (RIGHT - LEFT)
-            y = BOTTOM + float(note.get("y", 0.5)) * (TOP - BOTTOM)
-            fig.text(x, y, plain_text(note["text"]), ha="center", va="bottom" if note.get("yanchor") else "center",
-                     fontsize=7, color="#555")
 
 
 def _legend(axes: list[Any], layout: Mapping[str, Any]) -> None:
@@ -149,7 +153,10 @@ def _legend(axes: list[Any], layout: Mapping[str, Any]) -> None:
                 labels.append(label)
     shown = layout.get("showlegend")
     if labels and (shown is True or (shown is None and len(labels) > 1)):
-        axes[0].legend(handles, labels, loc="best")
+        if (layout.get("legend") or {}).get("orientation") == "h":  # plotly's row of entries under the plot
+            axes[0].legend(handles, labels, loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=min(len(labels), 4))
+        else:
+            axes[0].legend(handles, labels, loc="best")
 
 
 def _check_formats(formats: Sequence[str]) -> list[str]:
@@ -175,7 +182,7 @@ def save_figure(plotly_figure: Any, path: str | Path, formats: Sequence[str] = F
     written = []
     for fmt in chosen:
         target = stem.with_name(f"{stem.name}.{fmt}")
-        fig.savefig(target, format=fmt, dpi=DPI)
+        fig.savefig(target, format=fmt, dpi=DPI, bbox_inches="tight")
         written.append(target)
     return written
 
@@ -183,5 +190,5 @@ def save_figure(plotly_figure: Any, path: str | Path, formats: Sequence[str] = F
 def png_bytes(plotly_figure: Any, *, width_in: float = WIDTH_IN, dpi: int = 110) -> bytes:
     """The figure as PNG bytes (screen resolution by default): the static fallback of a notebook output."""
     buffer = io.BytesIO()
-    to_matplotlib(plotly_figure, width_in=width_in).savefig(buffer, format="png", dpi=dpi)
+    to_matplotlib(plotly_figure, width_in=width_in).savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     return buffer.getvalue()

@@ -1,8 +1,10 @@
 """One plotly trace drawn on a matplotlib Axes (the trace half of :mod:`toolkit.figures.paper`).
 
-``scatter`` → ``Axes.plot`` (lines/markers, dash and symbol kept) and text labels; ``bar`` →
-grouped ``Axes.bar`` (offset ``(i − (n−1)/2)·w`` for the i-th of n bar traces, w = 0.8/n);
-``histogram`` → ``Axes.hist``; ``heatmap`` → ``Axes.imshow`` of z on its x/y grid with the
+``scatter`` → ``Axes.plot`` (lines/markers, dash, width, opacity and symbol kept; per-point marker
+colours as ``Axes.scatter``) and text labels; ``bar`` → grouped ``Axes.bar`` (offset
+``(i − (n−1)/2)·w`` for the i-th of n bar traces, w = 0.8/n; per-bar colours and opacity kept);
+``histogram`` → ``Axes.hist``; a trace without a colour gets the one plotly gives it (``color``,
+from :func:`toolkit.figures.paper_marks.colorway`); ``heatmap`` → ``Axes.imshow`` of z on its x/y grid with the
 trace's colour scale, bounds (zmin/zmax) and colour bar. Other trace types raise.
 """
 
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import ToolkitError
+from toolkit.figures.paper_marks import line_width, mpl_color
 
 DASHES = {"solid": "-", "dash": "--", "dot": ":", "dashdot": "-."}
 SYMBOLS = {"circle": "o", "square": "s", "diamond": "D", "star": "*", "cross": "P", "x": "X",
@@ -82,18 +85,30 @@ def colormap(scale: Any) -> Any:
     return colormaps["viridis"]  # no scale given: the one the product's heat-maps use
 
 
+def _colors(value: Any, default: Any) -> Any:
+    """A plotly colour (one string, or one per point) as matplotlib colour(s); ``default`` when there is none."""
+    if isinstance(value, str):
+        return mpl_color(value)
+    if isinstance(value, Sequence | np.ndarray) and len(value) and all(isinstance(v, str) for v in value):
+        return [mpl_color(v) for v in value]
+    return default
+
+
 def draw_trace(fig: Any, ax: Any, trace: Mapping[str, Any], *, bars: Sequence[Mapping[str, Any]],
-               barmode: str = "group") -> None:
-    """Draw ``trace`` (a plotly trace dict) on ``ax``; ``bars`` are all bar traces of the figure (for grouping)."""
+               barmode: str = "group", color: Any = None) -> None:
+    """Draw ``trace`` (a plotly trace dict) on ``ax``; ``bars`` are all bar traces of the figure (for grouping).
+
+    ``color`` is the colour plotly gives the trace when it names none (its place in the colorway).
+    """
     kind = trace.get("type", "scatter")
     if kind == "scatter":
-        _scatter(ax, trace)
+        _scatter(ax, trace, color)
     elif kind == "bar":
-        _bar(ax, trace, bars, barmode)
+        _bar(ax, trace, bars, barmode, color)
     elif kind == "histogram":
         values = finite_or_nan(trace.get("x", []))
         ax.hist(values[np.isfinite(values)], bins=int(trace.get("nbinsx") or 30), label=_label(trace),
-                color=(trace.get("marker") or {}).get("color"), alpha=float(trace.get("opacity", 1.0)))
+                color=_colors((trace.get("marker") or {}).get("color"), color), alpha=float(trace.get("opacity", 1.0)))
     elif kind == "heatmap":
         _heatmap(fig, ax, trace)
     else:
@@ -101,17 +116,25 @@ def draw_trace(fig: Any, ax: Any, trace: Mapping[str, Any], *, bars: Sequence[Ma
                            "or heatmap figures")
 
 
-def _scatter(ax: Any, trace: Mapping[str, Any]) -> None:
+def _scatter(ax: Any, trace: Mapping[str, Any], default: Any) -> None:
     mode = str(trace.get("mode", "lines+markers"))
     xs, x_labels = _positions(list(trace.get("x", [])))
     ys = finite_or_nan(trace.get("y", []))
     if len(xs) == 0 and len(ys):
         xs = np.arange(len(ys), dtype=np.float64)
     line, marker = trace.get("line") or {}, trace.get("marker") or {}
-    color = line.get("color") or (marker.get("color") if isinstance(marker.get("color"), str) else None)
+    points = _colors(marker.get("color"), None)
+    color = mpl_color(line.get("color")) or (points if not isinstance(points, list) else None) or default
     style = DASHES.get(str(line.get("dash", "solid")), "--") if "lines" in mode else "none"
     symbol = SYMBOLS.get(str(marker.get("symbol", "circle")), "o") if "markers" in mode else None
-    ax.plot(xs, ys, linestyle=style, marker=symbol, color=color, label=_label(trace))
+    size = marker.get("size")
+    size = float(size) * 0.6 if isinstance(size, int | float) else None  # plotly px → points, as line widths
+    alpha = float(trace.get("opacity", 1.0))
+    per_point = isinstance(points, list) and symbol is not None
+    ax.plot(xs, ys, linestyle=style, marker=None if per_point else symbol, color=color, label=_label(trace),
+            linewidth=line_width(line), markersize=size, alpha=alpha)
+    if per_point:
+        ax.scatter(xs, ys, c=points[: len(xs)], marker=symbol, s=(size or 3.5) ** 2, alpha=alpha, zorder=3)
     if "text" in mode:
         for x, y, text in zip(xs, ys, trace.get("text") or [], strict=False):
             ax.annotate(plain_text(text), (x, y), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=6)
@@ -119,16 +142,18 @@ def _scatter(ax: Any, trace: Mapping[str, Any]) -> None:
         ax.set_xticks(xs, x_labels)
 
 
-def _bar(ax: Any, trace: Mapping[str, Any], bars: Sequence[Mapping[str, Any]], barmode: str) -> None:
+def _bar(ax: Any, trace: Mapping[str, Any], bars: Sequence[Mapping[str, Any]], barmode: str, default: Any) -> None:
     xs, x_labels = _positions(list(trace.get("x", [])))
     ys = finite_or_nan(trace.get("y", []))
     grouped = barmode == "group" and len(bars) > 1
     index = next((i for i, bar in enumerate(bars) if bar is trace), 0)
     width = 0.8 / len(bars) if grouped else 0.8
     offset = (index - (len(bars) - 1) / 2) * width if grouped else 0.0
-    color = (trace.get("marker") or {}).get("color")
+    marker = trace.get("marker") or {}
+    opacity = marker.get("opacity", trace.get("opacity", 1.0))
     drawn = ax.bar(xs + offset, np.nan_to_num(ys), width=width, label=_label(trace),
-                   color=color if isinstance(color, str) else None)
+                   color=_colors(marker.get("color"), default),
+                   alpha=float(opacity) if isinstance(opacity, int | float) else None)
     texts = trace.get("text")
     if texts:
         ax.bar_label(drawn, labels=[plain_text(t) for t in texts], fontsize=6, padding=1)
