@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Bottom (0) to top: a package may import packages of a strictly lower layer, and its own modules.
 LAYERS: dict[str, int] = {
-    "errors": 0,
+    "errors": 0, "events_base": 0,
     "events": 1, "spec": 1,
     "runtime": 2, "store": 2, "methods": 2,
     "live": 3, "models": 3,

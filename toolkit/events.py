@@ -3,7 +3,8 @@
 Each kind is a frozen dataclass holding plain data (str, int, float, lists, dicts) and never a
 tensor. ``to_dict`` adds a ``"type"`` tag so a run's ``events.jsonl`` can be replayed with
 :func:`event_from_dict`. ``nan`` stands for "not measured" in float fields, None in int fields.
-Fields added after schema 1 have defaults, so events written by older code still load.
+Fields added after schema 1 have defaults, so events written by older code still load. The base
+class and the evaluation and recovery events live in :mod:`toolkit.events_base` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -13,20 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """Base class: every event serialises to a flat dict with a ``type`` key."""
-
-    kind: ClassVar[str] = "Event"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-data dict with ``type``; non-finite floats become None (valid JSON)."""
-        data: dict[str, Any] = {"type": self.kind}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            data[f.name] = None if isinstance(value, float) and not math.isfinite(value) else value
-        return data
+from toolkit.events_base import EvalProgress, Event, Generated, RecoveryStep, TaskScore
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,63 +326,4 @@ class UnitsRemoved(Event):
 
 EVENT_TYPES.update({cls.kind: cls for cls in (LayerScored, GlobalRanking, UnitsRemoved, AllocationPlanned,
                                                MaskRefined)})
-
-
-# ---- Evaluation as events (zero-shot accuracy and evaluation progress) -----------------------------
-# One contiguous block: appended here so other blocks can be appended after it without conflicts.
-
-
-@dataclass(frozen=True, slots=True)
-class EvalProgress(Event):
-    """Evaluation advanced: ``phase`` is "dense" or "pruned", ``what`` is "perplexity" or a task name.
-
-    ``done``/``total`` count windows for perplexity and scored requests (one per answer choice)
-    for a zero-shot task.
-    """
-
-    kind: ClassVar[str] = "EvalProgress"
-    phase: str
-    what: str
-    done: int
-    total: int
-
-
-@dataclass(frozen=True, slots=True)
-class TaskScore(Event):
-    """A zero-shot score: ``which`` is "dense" or "pruned", ``metric`` "acc" or "acc_norm" (0 shots)."""
-
-    kind: ClassVar[str] = "TaskScore"
-    which: str
-    task: str
-    metric: str
-    value: float
-    examples: int
-    split: str
-    headline: bool = False  # the metric that enters the mean over tasks
-
-
-@dataclass(frozen=True, slots=True)
-class Generated(Event):
-    """A greedy continuation of ``prompt``: ``which`` is "dense" or "pruned" (:mod:`toolkit.evaluation.generate`)."""
-
-    kind: ClassVar[str] = "Generated"
-    which: str
-    prompt: str
-    text: str
-    new_tokens: int
-    seconds: float
-
-
-EVENT_TYPES.update({cls.kind: cls for cls in (EvalProgress, TaskScore, Generated)})
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryStep(Event):
-    """One step of a recovery fine-tune (toolkit.run.recover): causal-LM ``loss`` (mean token NLL), learning rate."""
-
-    kind: ClassVar[str] = "RecoveryStep"
-    step: int  # 1-based; the run's RunStarted.options["steps"] is the total
-    loss: float
-    lr: float
-
-EVENT_TYPES[RecoveryStep.kind] = RecoveryStep  # one blank line: this module is at the 400-line limit
+EVENT_TYPES.update({cls.kind: cls for cls in (EvalProgress, TaskScore, Generated, RecoveryStep)})  # events_base
