@@ -28,6 +28,11 @@ DASHES = {"solid": "-", "dash": "--", "dot": ":", "dashdot": "-.", "longdash": (
 _RGB = re.compile(r"rgba?\(\s*([\d.]+)\s*,\s*([\d.]+)\s*,\s*([\d.]+)\s*(?:,\s*([\d.]+)\s*)?\)")
 
 
+def plain_text(text: Any) -> str:
+    """Plotly label text as plain text: ``<br>`` becomes a new line, other tags are dropped."""
+    return re.sub(r"<[^>]+>", "", re.sub(r"<br\s*/?>", "\n", str(text or ""))).strip()
+
+
 def mpl_color(value: Any) -> Any:
     """A plotly colour string as a matplotlib colour (``rgb()``/``rgba()`` → an RGBA tuple); None stays None."""
     if not isinstance(value, str):
@@ -115,8 +120,6 @@ def draw_annotations(fig: Any, axes: Mapping[tuple[str, str], Any], annotations:
     With both references ``paper`` a note goes in figure fractions of the plotting area
     ``figure_box`` (left, bottom, right, top).
     """
-    from toolkit.figures.paper_traces import plain_text  # paper_traces imports this module's colours
-
     left, bottom, right, top = figure_box
     for note in annotations:
         if not note.get("text") or note.get("visible") is False:

@@ -12,24 +12,18 @@ from __future__ import annotations
 
 import base64
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from toolkit.errors import ToolkitError
-from toolkit.figures.paper_marks import line_width, mpl_color
+from toolkit.figures.paper_marks import line_width, mpl_color, plain_text
 
 DASHES = {"solid": "-", "dash": "--", "dot": ":", "dashdot": "-."}
 SYMBOLS = {"circle": "o", "square": "s", "diamond": "D", "star": "*", "cross": "P", "x": "X",
            "triangle-up": "^", "triangle-down": "v"}
 MAX_CELL_LABELS = 400  # heat-map cell texts are drawn only for grids this small
-
-
-def plain_text(text: Any) -> str:
-    """Plotly label text as plain text: ``<br>`` becomes a new line, other tags are dropped."""
-    return re.sub(r"<[^>]+>", "", re.sub(r"<br\s*/?>", "\n", str(text or ""))).strip()
 
 
 def decode_arrays(value: Any) -> Any:
