@@ -54,7 +54,13 @@ def _left(seconds: float, unknown: bool = False) -> str:
 
 
 def _elapsed(view: RunView, now: float) -> str:
+    """``elapsed 43.0 s``: since RunStarted, on the consumer's clock (a replay: the run store's stamps).
 
+    A replay of a run stored before its events were stamped has no clock: its elapsed time is
+    ``not recorded`` (its prune time, in the result, is only a part of it).
+    """
+    if not math.isfinite(view.started_at):
+        return "elapsed not recorded (an older run)"
     return f"elapsed {format_seconds(view.elapsed(now), tenths=True)}"
 
 

@@ -4,13 +4,14 @@ A recovery (:mod:`toolkit.run.recover`) emits ``RunStarted`` (method ``recover``
 ``options``), ``EvalPoint`` "pruned" (before), one ``RecoveryStep`` per step, ``EvalPoint``
 "recovered" (after), then ``RunFinished`` or ``RunFailed``. :class:`RecoveryView` keeps what the app
 and the widgets draw: the loss per step (:func:`toolkit.figures.recovery.loss_figure`) and the
-perplexity before and after.
+perplexity before and after. Folded with a clock (``now``: a live consumer's, or the run store's
+stamps in a replay) it also keeps when the run started and ended, for its elapsed time.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,8 @@ class RecoveryView:
     run_id: str = ""
     parent: str = ""
     label: str = ""  # the parent's compression label (``50%``)
+    model: str = ""  # the model's label: ``smollm2-135m after wanda 50% (run …)``
+    protocol: dict[str, Any] = field(default_factory=dict)  # parent, calibration (its training data), evaluation
     steps: int = 0
     options: dict[str, Any] = field(default_factory=dict)
     step_numbers: list[int] = field(default_factory=list)
@@ -36,12 +39,17 @@ class RecoveryView:
     warnings: list[str] = field(default_factory=list)
     error: str = ""
     revision: int = 0
+    started_at: float = math.nan  # the clock at RunStarted
+    ended_at: float = math.nan  # the clock at RunFinished / RunFailed
 
-    def apply(self, event: Event) -> RecoveryView:
-        """Fold one event into the view (in place); events of other kinds only count."""
+    def apply(self, event: Event, now: float = math.nan) -> RecoveryView:
+        """Fold one event into the view (in place) at clock ``now`` (seconds); events of other kinds only count."""
         self.revision += 1
         if isinstance(event, RunStarted):
             self.status, self.run_id, self.label = "running", event.run_id, event.sparsity
+            self.started_at, self.ended_at = now, math.nan
+            self.protocol = dict(event.protocol)
+            self.model = str(self.protocol.get("model_label", event.model))
             self.options = dict(event.options)
             self.parent = str(self.options.get("parent", ""))
             self.steps = int(self.options.get("steps", 0) or 0)
@@ -53,12 +61,24 @@ class RecoveryView:
             target = self.ppl_after if event.which == "recovered" else self.ppl_before
             target[event.dataset] = _num(event.ppl)
         elif isinstance(event, RunFinished):
-            self.status, self.train_seconds = "finished", _num(event.prune_seconds)
+            self.status, self.train_seconds, self.ended_at = "finished", _num(event.prune_seconds), now
         elif isinstance(event, RunFailed):
             self.status, self.error = ("cancelled" if event.cancelled else "failed"), event.error
+            self.ended_at = now
         elif isinstance(event, RunWarning):
             self.warnings.append(event.message)
         return self
+
+    def elapsed(self, now: float) -> float:
+        """Seconds since RunStarted (frozen at the end); nan when the view was folded without a clock."""
+        end = self.ended_at if math.isfinite(self.ended_at) else now
+        return end - self.started_at
+
+    @property
+    def calibration(self) -> dict[str, Any]:
+        """The training data: ``nsamples`` windows of ``seqlen`` tokens of ``source`` (seed), {} when unknown."""
+        found = self.protocol.get("calibration")
+        return dict(found) if isinstance(found, dict) else {}
 
     @property
     def step(self) -> int:
@@ -89,11 +109,15 @@ class RecoveryView:
         return [(name, self.ppl_before.get(name, math.nan), self.ppl_after.get(name, math.nan)) for name in names]
 
 
-def fold_recovery(events: Iterable[Event], view: RecoveryView | None = None) -> RecoveryView:
-    """Replay ``events`` (a live stream or a stored recovery run's events.jsonl) into a view."""
+def fold_recovery(events: Iterable[Event], view: RecoveryView | None = None,
+                  times: Sequence[float] = ()) -> RecoveryView:
+    """Replay ``events`` (a live stream or a stored recovery run's events.jsonl) into a view.
+
+    ``times`` (seconds, one per event: the run store's stamps) are the clock each is folded at.
+    """
     view = view or RecoveryView()
-    for event in events:
-        view.apply(event)
+    for number, event in enumerate(events):
+        view.apply(event, times[number] if number < len(times) else math.nan)
     return view
 
 

@@ -13,7 +13,7 @@ carry durations but no wall-clock stamps.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -306,9 +306,11 @@ _HANDLERS = {
 }
 
 
-def fold(events: Iterable[Event], view: RunView | None = None) -> RunView:
+def fold(events: Iterable[Event], view: RunView | None = None, times: Sequence[float] = ()) -> RunView:
     """Replay ``events`` into a view (a stored run's ``events.jsonl``, or a test's list).
 
+    ``times`` (seconds, one per event; the run store's stamps) are the clock each event is folded
+    at, so the replay's elapsed time is the live run's; without them it is unknown (nan).
     An event whose fields do not fold (a hand-edited record) becomes a warning instead of an
     exception. A replayed run that never reached RunFinished/RunFailed keeps status "running";
     pass the run store's status to :func:`settle` to fix that.
@@ -316,7 +318,7 @@ def fold(events: Iterable[Event], view: RunView | None = None) -> RunView:
     view = view or RunView()
     for number, event in enumerate(events, 1):
         try:
-            view.apply(event)
+            view.apply(event, times[number - 1] if number <= len(times) else math.nan)
         except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
             view.warnings.append(f"event {number} ({getattr(event, 'kind', '?')}) unreadable: {exc}")
             view._bump("warnings")

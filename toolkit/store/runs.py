@@ -4,7 +4,7 @@
 
     runs/<id>/config.json     what was asked (model, method, options, compression, protocol), "schema": 2
     runs/<id>/status.json     {"status": running|finished|failed|cancelled, "error", "pid"}
-    runs/<id>/events.jsonl    every event, one JSON object a line, in order
+    runs/<id>/events.jsonl    every event, one JSON object a line, in order, stamped with "at_s"
     runs/<id>/masks/L<layer>__<linear>.npz   keep-mask bit-packed with np.packbits (+ shape)
     runs/<id>/quant/L<layer>__<linear>.npz   quantization state: codes (uint8), scales, zeros
                                               (float32, (out, groups)), bits, group_size, symmetric
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import secrets
 import time
@@ -54,6 +55,7 @@ from toolkit.store.schema import (
 )
 
 STATUSES = (*WRITTEN_STATUSES, "interrupted", "damaged")  # the last two are read, never written
+STAMP = "at_s"  # on each events.jsonl line: seconds since the run record was created (absent in older runs)
 SCHEMA = 2  # the layout this module writes; readers accept 1 and 2
 
 
@@ -97,14 +99,21 @@ class RunWriter:
         self.masks_written = 0
         _write_json(self.path / "config.json", {**config, "schema": SCHEMA})
         self._status("running")
+        self._opened = time.monotonic()
         self._events = open(self.path / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115 - closed in finish/fail
 
     def _status(self, status: str, error: str = "") -> None:
         _write_json(self.path / "status.json", {"status": status, "error": error, "pid": os.getpid()})
 
     def event(self, event: Event) -> None:
-        """Append one event (flushed, so a live reader sees it)."""
-        self._events.write(json.dumps(event.to_dict()) + "\n")
+        """Append one event (flushed, so a live reader sees it), stamped with :data:`STAMP`.
+
+        The stamp is when the event was written, which is when a live consumer received it (the run
+        writes, then emits): a replay folds each event at its stamp and shows the elapsed time the
+        live run showed.
+        """
+        line = {**event.to_dict(), STAMP: round(time.monotonic() - self._opened, 3)}
+        self._events.write(json.dumps(line) + "\n")
         self._events.flush()
 
     def mask(self, layer: int, name: str, keep_mask: np.ndarray) -> None:
@@ -156,6 +165,14 @@ class RunWriter:
             (self.path / "status.tmp").unlink(missing_ok=True)
             with contextlib.suppress(OSError):  # nothing can be written: the dead pid then reads as interrupted
                 (self.path / "status.json").write_text(json.dumps({"status": status, "error": error[:200]}))
+
+
+def _stamp(data: Any) -> float:
+    """The line's :data:`STAMP` as a float; nan when absent or not a finite number (older or hand-edited runs)."""
+    value = data.get(STAMP) if isinstance(data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return math.nan
+    return float(value)
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -238,21 +255,30 @@ class RunRecord:
 
     def iter_events(self) -> Iterator[Event]:
         """Events of the run; unparseable lines (a hand-edited file) become a Warning event."""
+        return (event for _, event in self.timed_events())
+
+    def timed_events(self) -> Iterator[tuple[float, Event]]:
+        """``(seconds since the record was created, event)`` in order; nan where a line has no stamp.
+
+        Lines that do not parse become a Warning event (its time nan); a missing events.jsonl gives
+        nothing.
+        """
         path = self.path / "events.jsonl"
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
             return
         except OSError as exc:
-            yield RunWarning(message=f"events.jsonl is not readable ({exc.strerror or exc})")
+            yield math.nan, RunWarning(message=f"events.jsonl is not readable ({exc.strerror or exc})")
             return
         for number, line in enumerate(raw.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                yield event_from_dict(json.loads(line.decode("utf-8")))
+                data = json.loads(line.decode("utf-8"))
+                yield _stamp(data), event_from_dict(data)
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                yield RunWarning(message=f"events.jsonl line {number} unreadable: {exc}")
+                yield math.nan, RunWarning(message=f"events.jsonl line {number} unreadable: {exc}")
 
     def mask_names(self) -> list[tuple[int, str]]:
         """(layer, linear) of every stored keep-mask, sorted."""
@@ -318,7 +344,8 @@ def open_run(path: str | Path) -> RunRecord:
     """
     path = Path(path)
     if not path.is_dir():
-        raise ToolkitError(f"{path} is not a run folder (missing, or a file); press Refresh or pick another run")
+        why = "a file" if path.exists() else "no such folder: deleted?"
+        raise ToolkitError(f"{path} is not a run folder ({why}); press Refresh or pick another run")
     config, why = read_json(path / "config.json")
     why = why or check_config(config)
     if why:
