@@ -26,9 +26,9 @@ def test_the_default_protocol_keeps_the_sizes_of_the_recorded_results() -> None:
 def test_quick_is_the_apps_quick_preset() -> None:
     from app import forms
 
-    assert sizes("--protocol", "quick") == ("quick", (), 8, 128, 128, 16)
+    assert sizes("--protocol", "quick") == ("quick", (), 16, 128, 128, 16)
     label, values = next(iter(forms.PRESETS.items()))  # the app's default preset
-    assert label == "quick (8 × 128, 16 eval windows)" and values == (8, 128, 128, 16)
+    assert label == "quick (16 × 128, 16 eval windows)" and values == (16, 128, 128, 16)
     default = forms.Protocol()
     assert (default.nsamples, default.seqlen, default.eval_seqlen, default.eval_windows) == values
     assert list(forms.PRESETS) == [p.label for p in PROTOCOLS.values()]
@@ -47,12 +47,12 @@ def test_given_sizes_override_the_preset() -> None:
 def test_the_line_names_the_protocol_its_sizes_and_the_other_one() -> None:
     args = build_parser().parse_args(["prune", "--protocol", "quick"])
     line = protocol_line(resolve_sizes(args), "wiki")
-    assert line.startswith("protocol quick: 8 × 128 calibration tokens, perplexity on the first 16 windows of "
+    assert line.startswith("protocol quick: 16 × 128 calibration tokens, perplexity on the first 16 windows of "
                            "128 tokens (a preview; --protocol cpu for the numbers of docs/results.md: 32 × 512")
     assert "min quick, about" in line and "min cpu on a busy 2-core CPU" in line and "\n" not in line
     cpu = protocol_line(resolve_sizes(build_parser().parse_args(["prune"])), "wiki")
     assert cpu.startswith("protocol cpu: 32 × 512 calibration tokens, perplexity on every window of 512 tokens, "
-                          "as in docs/results.md (--protocol quick for a preview: 8 × 128, 16 windows of 128")
+                          "as in docs/results.md (--protocol quick for a preview: 16 × 128, 16 windows of 128")
     given = resolve_sizes(build_parser().parse_args(["prune", "--eval-windows", "3"]))
     assert protocol_line(given, None).startswith("protocol cpu (--eval-windows given): 32 × 512 calibration "
                                                  "tokens, no perplexity")
@@ -65,7 +65,7 @@ def test_the_line_names_the_protocol_its_sizes_and_the_other_one() -> None:
 def test_the_line_is_printed_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     def prune_model(config: object, **kwargs: object) -> dict:
-        assert capsys.readouterr().out.startswith("protocol quick: 8 × 128")  # already on the terminal
+        assert capsys.readouterr().out.startswith("protocol quick: 16 × 128")  # already on the terminal
         raise ToolkitError("stopped before the run")
 
     monkeypatch.setattr(toolkit.api, "prune_model", prune_model)
@@ -80,4 +80,4 @@ def test_a_quick_run_records_the_quick_sizes(tmp_path: Path, capsys: pytest.Capt
     protocol = json.loads(out.read_text())["protocol"]
     assert (protocol["calibration"]["nsamples"], protocol["calibration"]["seqlen"]) == (QUICK.nsamples, QUICK.seqlen)
     assert (protocol["evaluation"]["seqlen"], protocol["evaluation"]["windows"]) == (QUICK.eval_seqlen, 2)
-    assert capsys.readouterr().out.startswith("protocol quick (--eval-windows given): 8 × 128 calibration tokens")
+    assert capsys.readouterr().out.startswith("protocol quick (--eval-windows given): 16 × 128 calibration tokens")

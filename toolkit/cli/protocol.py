@@ -69,7 +69,7 @@ def resolve_sizes(args: argparse.Namespace) -> Sizes:
 def protocol_line(sizes: Sizes, eval_data: str | None) -> str:
     """One line, printed before work starts: the protocol, its sizes, and how to get the other one.
 
-    E.g. ``protocol quick: 8 × 128 calibration tokens, perplexity on the first 16 windows of 128 tokens
+    E.g. ``protocol quick: 16 × 128 calibration tokens, perplexity on the first 16 windows of 128 tokens
     (a preview; --protocol cpu for the numbers of docs/results.md: 32 × 512, every window; …)``.
     """
     custom = len(sizes.given) == len(SIZE_FLAGS)

@@ -34,7 +34,8 @@ Implementation decisions (A-numbers: §7 of the FISTAPruner implementation notes
   solver and its default options; one that misses the target pattern is rounded (A14) with a
   warning. The returned error is never above the warm start's: only strict improvements replace it.
 - Standard Beck-Teboulle momentum, or the literal Eq. (5d) (A3); the prox iterate x_K is returned
-  and Eq. (7) compares consecutive x (A4). Arithmetic midpoint, or geometric (A7). T counts all
+  and Eq. (7) compares consecutive x (A4). Arithmetic midpoint, or geometric = bisection on log λ
+  over [max(lam_low, lam_floor), lam_high] (A7). T counts all
   failed rounds, as the pseudo-code (A8); E_stop starts at +∞ (A9). Unstructured rounding is over
   the whole matrix (A10); FISTA's extra zeros stay (A11). ``max_rounds`` caps the outer loop (not
   in the paper; it only matters with a tiny ε).
@@ -88,8 +89,11 @@ class FistaConfig:
     lam_units: str = option("sum", "λ for the objective summed over tokens (paper) or per token (mean)",
                             choices=("sum", "mean"))
     xi: float = option(0.3, "threshold ξ on E_round/E_total: above it λ goes up (paper 0.3)")
-    bisection: str = option("arithmetic", "midpoint of the λ bisection (paper: arithmetic)",
+    bisection: str = option("arithmetic", "λ bisection: arithmetic midpoints on [lam_low, lam_high] (paper), or "
+                            "geometric = bisection on log λ over [max(lam_low, lam_floor), lam_high]",
                             choices=("arithmetic", "geometric"))
+    lam_floor: float = option(1e-8, "lower end of the log-λ bracket of bisection=geometric (log 0 is −∞); "
+                              "in lam_units")
     fista_iters: int = option(20, "K, FISTA iterations per outer round (paper 20)")
     inner_tol: float = option(1e-6, "stop FISTA when ‖x_k − x_(k−1)‖_F falls below this (Eq. 7)")
     patience: int = option(3, "T, stop after this many rounds without improvement (paper 3)")
@@ -110,6 +114,12 @@ class FistaConfig:
             raise ToolkitError("FISTA needs 0 ≤ lam_low < lam_high < ∞, e.g. lam_low=0 lam_high=1e6")
         if not self.lam_low <= self.lam_init <= self.lam_high:
             raise ToolkitError(f"lam_init must lie in [lam_low, lam_high] = [{self.lam_low:g}, {self.lam_high:g}]")
+        if not 0.0 < self.lam_floor < self.lam_high:
+            raise ToolkitError(f"lam_floor must lie in (0, lam_high = {self.lam_high:g}), got {self.lam_floor:g}; "
+                               "e.g. lam_floor=1e-8")
+        if self.bisection == "geometric" and self.lam_init < self.lam_floor:
+            raise ToolkitError(f"bisection=geometric needs lam_init ≥ lam_floor = {self.lam_floor:g}, "
+                               f"got lam_init={self.lam_init:g}")
         if not 0.0 < self.xi < 1.0:
             raise ToolkitError(f"xi must be in (0, 1), got {self.xi}; the paper uses 0.3")
         for name, low in (("fista_iters", 1), ("patience", 1), ("max_rounds", 1), ("trace_every", 0)):
@@ -125,14 +135,20 @@ class FistaConfig:
 
 @dataclass
 class LambdaBisection:
-    """λ search state: λ ∈ [low, high]; ``update`` moves λ towards the side the ratio asks for."""
+    """λ search state: λ ∈ [low, high]; ``update`` moves λ towards the side the ratio asks for.
+
+    Arithmetic: λ ← (low + high)/2, the paper's bisection; from λ₀ = 1e-5 on [0, 1e6] its first
+    raise lands on 5e5. Geometric: λ ← √(max(low, floor)·high), a bisection on log λ over the
+    bracket [floor, high] (log 0 is −∞, hence the floor); its first raise from λ₀ = 1e-5 lands on
+    √(1e-5·1e6) ≈ 3.2 and each further round halves the bracket's width in decades.
+    """
 
     lam: float
     low: float
     high: float
     xi: float
     geometric: bool = False
-    floor: float = 1e-12  # geometric midpoints need a positive lower end
+    floor: float = 1e-8  # the lower end of the log-λ bracket (geometric only)
 
     def update(self, ratio: float) -> None:
         """E_round/E_total > ξ: too little sparsity from FISTA, raise λ; else lower it."""
@@ -140,9 +156,8 @@ class LambdaBisection:
             self.low = self.lam
         else:
             self.high = self.lam
-        low = max(self.low, self.floor)
-        if self.geometric and low < self.high:
-            self.lam = math.sqrt(low * self.high)
+        if self.geometric:
+            self.lam = math.sqrt(max(self.low, self.floor) * self.high)
         else:
             self.lam = 0.5 * (self.low + self.high)
 
@@ -208,8 +223,9 @@ def _tracer(ctx: SolveContext, lam: float, round_index: int, offset: int) -> Cal
 def _search(q: Quadratic, best: _Outcome, target: Target, cfg: FistaConfig, ctx: SolveContext,
             rho_per_lam: float) -> _Outcome:
     """Algorithm 1 from ``best`` (the warm start): FISTA rounds, rounding, λ bisection, T/ε stops."""
-    lam = LambdaBisection(cfg.lam_init, cfg.lam_low, cfg.lam_high, cfg.xi, cfg.bisection == "geometric",
-                          max(cfg.lam_init, 1e-12))
+    geometric = cfg.bisection == "geometric"
+    low = max(cfg.lam_low, cfg.lam_floor) if geometric else cfg.lam_low  # the log bracket starts at the floor
+    lam = LambdaBisection(cfg.lam_init, low, cfg.lam_high, cfg.xi, geometric, cfg.lam_floor)
     inner = InnerSettings(cfg.fista_iters, cfg.inner_tol, cfg.momentum, cfg.trace_every)
     failures, e_stop = 0, math.inf
     for r in range(cfg.max_rounds):
