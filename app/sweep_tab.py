@@ -2,7 +2,9 @@
 
 Two curves: perplexity vs sparsity (one line per method and allocation: uniform, OWL), and
 perplexity vs bits per weight (scales counted) for the quantized points (sweep int2/int3/int4 at a
-fixed method for the bits curve).
+fixed method for the bits curve). With two or more calibration seeds every point runs once per seed
+and is drawn at its mean with ± std error bars. Before Run, the form shows how long the sweep
+should take (:func:`toolkit.sweep.estimate`), redrawn whenever the form changes.
 
 :func:`sweep_stream` is the handler's logic as a plain generator (tests drive it): plan the
 configs (:func:`toolkit.sweep.plan`), wait for the device, then follow :func:`toolkit.sweep.run_sweep`
@@ -29,7 +31,8 @@ from toolkit.figures import sweep as viz_sweep
 from toolkit.live.phase import progress_line
 from toolkit.live.view import RunView
 from toolkit.spec.targets import Unstructured
-from toolkit.sweep import COLUMNS, SweepPoint, dense_reference, plan, run_sweep, write_csv
+from toolkit.store.runs import list_runs
+from toolkit.sweep import COLUMNS, SweepPoint, dense_reference, estimate, parse_seeds, plan, run_sweep, write_csv
 
 DEFAULT_SPARSITIES = ("10%", "30%", "50%", "70%", "2:4")
 DEFAULT_METHODS = ("magnitude", "wanda", "sparsegpt")
@@ -48,6 +51,7 @@ class SweepSettings:
     bits: list[str] = field(default_factory=lambda: list(DEFAULT_BITS))  # "none" = not quantized
     allocations: list[str] = field(default_factory=lambda: ["uniform"])  # labels of ALLOCATIONS
     protocol: forms.Protocol = field(default_factory=forms.Protocol)
+    seeds: str = ""  # calibration seeds "0, 1, 2" (two or more) for mean ± std; "" = the protocol's seed only
 
 
 def sweep_configs(settings: SweepSettings, runs_dir: str) -> tuple[list[RunConfig], list[str]]:
@@ -70,7 +74,16 @@ def sweep_configs(settings: SweepSettings, runs_dir: str) -> tuple[list[RunConfi
                      sparsity=Unstructured(0.5), **protocol, eval_dense=True, out_dir=runs_dir)
     quants = [None if bits == "none" else bits for bits in settings.bits]
     return plan(base, settings.methods, list(settings.sparsities), quants,
-                [ALLOCATIONS[name] for name in settings.allocations])
+                [ALLOCATIONS[name] for name in settings.allocations], parse_seeds(settings.seeds))
+
+
+def estimate_line(settings: SweepSettings, runs_dir: str) -> str:
+    """The form's time estimate (``⏱ ≈ 6 min for 9 runs …``), or the one line saying what to change."""
+    try:
+        configs, _ = sweep_configs(settings, runs_dir)
+    except ToolkitError as exc:
+        return error_status(str(exc))
+    return f"⏱ {estimate(configs, list_runs(runs_dir)).line}"
 
 
 def table(points: list[SweepPoint]) -> list[list[Any]]:
@@ -114,8 +127,9 @@ def sweep_stream(settings: SweepSettings, *, runs_dir: str, session: str = "loca
     try:
         configs, notes = sweep_configs(settings, runs_dir)
     except ToolkitError as exc:
-        yield {"status": error_status(str(exc)), "notice": str(exc)}
+        yield {"status": error_status(str(exc)), "notice": str(exc), "estimate": error_status(str(exc))}
         return
+    yield {"estimate": f"⏱ {estimate(configs, list_runs(runs_dir)).line}"}
     job = SESSIONS.begin(session, "sweep")
     line = device_queue(configs[0].device)
     ticket = line.join()
@@ -183,8 +197,11 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
                                     label="Bits (group 128; quantizing methods only)")
             allocations = gr.CheckboxGroup(list(ALLOCATIONS), value=["uniform"], elem_id="sweep-allocations",
                                            label="Layer allocation (each sparsity with each; OWL: unstructured only)")
+            seeds = gr.Textbox("", label="Calibration seeds (two or more, e.g. 0, 1, 2: mean ± std per point; "
+                                         "empty: one run per point)", elem_id="sweep-seeds")
             with gr.Accordion("Calibration, evaluation, device", open=False):
                 protocol = protocol_controls(gr, evaluate_toggle=False, prefix="sweep")
+            timing = gr.Markdown(estimate_line(SweepSettings(model=default_model), runs_dir), elem_id="sweep-estimate")
             with gr.Row():
                 start = gr.Button("Run sweep", variant="primary", elem_id="sweep-button")
                 stop = gr.Button("Cancel", variant="stop", elem_id="sweep-cancel")
@@ -195,7 +212,11 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
                 curve = gr.Plot(viz_sweep.sweep_figure([]), show_label=False, elem_id="sweep-curve")
                 accuracy = gr.Plot(viz_sweep.sweep_figure([], title="mean zero-shot accuracy vs sparsity",
                                                     metric="accuracy"), show_label=False, elem_id="sweep-accuracy")
-            howto.accordions(gr, "sweep", Plot.SWEEP, Plot.ACCURACY)
+            seeds_note = ("**Seeds**: with two or more calibration seeds each point is the mean of its runs and its "
+                          "bar ± one sample standard deviation (n − 1): a gap between two methods smaller than "
+                          "their bars is within calibration noise.")
+            howto.accordions(gr, "sweep", Plot.SWEEP, Plot.ACCURACY,
+                             extra={Plot.SWEEP: seeds_note, Plot.ACCURACY: seeds_note})
             export_button(gr, curve, "sweep")
             bits_curve = gr.Plot(viz_quant.bits_figure([]), show_label=False, elem_id="sweep-bits-curve")
             howto.accordions(gr, "sweep", Plot.BITS)
@@ -203,14 +224,18 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
                                    elem_id="sweep-table")
             csv = gr.File(label="Results as CSV", interactive=False, elem_id="sweep-csv")
     outputs = {"status": status, "curve": curve, "accuracy": accuracy, "bits_curve": bits_curve, "table": results,
-               "csv": csv}
+               "csv": csv, "estimate": timing}
+    fields = {model, model_path, methods, sparsities, bits, allocations, seeds, *protocol.components}
+
+    def read(data: dict) -> SweepSettings:
+        return SweepSettings(model=data[model], model_path=data[model_path], methods=list(data[methods] or []),
+                             sparsities=list(data[sparsities] or []), bits=list(data[bits] or []),
+                             allocations=list(data[allocations] or []), protocol=protocol.read(data),
+                             seeds=str(data[seeds] or ""))
 
     # gr is the gradio module, passed in (not a type to pyright); Gradio reads this annotation
     def handler(data: dict, request: gr.Request) -> Iterator[dict]:  # pyright: ignore[reportInvalidTypeForm]
-        settings = SweepSettings(model=data[model], model_path=data[model_path], methods=list(data[methods] or []),
-                                 sparsities=list(data[sparsities] or []), bits=list(data[bits] or []),
-                                 allocations=list(data[allocations] or []), protocol=protocol.read(data))
-        for update in sweep_stream(settings, runs_dir=runs_dir, session=session_of(request)):
+        for update in sweep_stream(read(data), runs_dir=runs_dir, session=session_of(request)):
             notice = update.pop("notice", None)
             if notice:
                 gr.Warning(notice)
@@ -225,8 +250,10 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
         job.finished.wait(20.0)
         return "**■ sweep cancelled**; finished points stay in the run store and are reused next time."
 
-    event = start.click(handler, inputs={model, model_path, methods, sparsities, bits, allocations,
-                                         *protocol.components},
-                        outputs=list(outputs.values()), concurrency_limit=16, show_progress="hidden")
+    event = start.click(handler, inputs=fields, outputs=list(outputs.values()), concurrency_limit=16,
+                        show_progress="hidden")
+    for changed in fields:  # the estimate follows the form before Run
+        changed.change(lambda data: estimate_line(read(data), runs_dir), inputs=fields, outputs=timing,
+                       show_progress="hidden", queue=False)
     stop.click(cancel, inputs=None, outputs=status, cancels=[event], concurrency_limit=None, show_progress="hidden")
     return outputs

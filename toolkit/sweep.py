@@ -12,6 +12,8 @@ import csv
 import dataclasses
 import itertools
 import math
+import statistics
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,7 @@ from toolkit.spec.compression import QuantSpec, parse_quant, target_kind
 from toolkit.spec.targets import Target, parse_sparsity
 
 COLUMNS = ("method", "sparsity", "achieved_sparsity", "ppl", "dense_ppl", "prune_seconds", "status", "reused", "run_id",
-           "pattern", "quant", "bits_per_weight", "accuracy", "dense_accuracy", "allocation")
+           "pattern", "quant", "bits_per_weight", "accuracy", "dense_accuracy", "allocation", "seed")
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class SweepPoint:
     quant: str = ""  # the grid's label (int4:g128), "" when not quantized
     bits_per_weight: float = math.nan  # storage bits per linear weight, scales and zero points counted
     allocation: str = "uniform"  # how the sparsity was spread over the layers: uniform | owl:M,λ | a file
+    seed: int = 0  # the calibration seed (points of one sparsity over several seeds give a mean ± std)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (the figure builders and the CSV take these)."""
@@ -63,6 +66,7 @@ class SweepPoint:
 def plan(
     base: RunConfig, methods: Sequence[str], sparsities: Sequence[str | Target | None],
     quants: Sequence[str | QuantSpec | None] = (None,), allocations: Sequence[str | Allocation] = (UNIFORM,),
+    seeds: Sequence[int] = (),
 ) -> tuple[list[RunConfig], list[str]]:
     """Configs for every (method, sparsity, grid, allocation) a method supports, and a note for each one skipped.
 
@@ -71,9 +75,11 @@ def plan(
     method gives the perplexity vs bits-per-weight curve. ``allocations`` (``uniform``, ``owl``,
     ``owl:M,λ``; docs/allocation.md) runs each sparsity once per allocation: one curve per
     allocation; a non-uniform one only pairs with unstructured sparsities (the others are skipped
-    with RunConfig's reason). Every config measures the dense perplexity too (``eval_dense``; cached
-    after the first). Raises :class:`ToolkitError` when nothing is left, for an unreadable allocation,
-    or when the base has no evaluation.
+    with RunConfig's reason). ``seeds`` (:func:`parse_seeds`: none, or two or more) repeats every
+    point once per calibration seed, for a mean ± std; none keeps the base's seed. Every config
+    measures the dense perplexity too (``eval_dense``; cached after the first). Raises
+    :class:`ToolkitError` when nothing is left, for an unreadable allocation, or when the base has
+    no evaluation.
     """
     if base.eval_data is None:
         raise ToolkitError("a sweep needs evaluation on: it plots perplexity")
@@ -83,14 +89,15 @@ def plan(
     configs, skipped = [], []
     for method in methods:
         get_method(method)  # an unknown name is the user's mistake, not a pair to skip
-        for target, grid, spread in itertools.product(targets, grids, spreads):
+        for target, grid, spread, seed in itertools.product(targets, grids, spreads, seeds or (base.seed,)):
             try:
                 configs.append(dataclasses.replace(base, method=method, sparsity=target, quant=grid,
-                                                   allocation=spread, eval_dense=True))
+                                                   allocation=spread, eval_dense=True, seed=seed))
             except ToolkitError as exc:  # the method cannot meet this spec: say so, sweep the rest
                 label = "+".join(str(x) for x in (target, grid) if x is not None) or "nothing"
                 where = "" if spread.uniform else f" ({spread.label})"
-                skipped.append(f"{method} {label}{where}: {exc}")
+                if seed == (seeds or (base.seed,))[0]:  # one note per pair, not one per seed
+                    skipped.append(f"{method} {label}{where}: {exc}")
     if not configs:
         raise ToolkitError("nothing to sweep: pick at least one method and one sparsity or bit width it supports")
     return configs, skipped
@@ -101,6 +108,7 @@ class _Labels(TypedDict):
     pattern: str
     quant: str
     allocation: str
+    seed: int
 
 
 def _labels(config: RunConfig, ran: dict[str, Any] | None = None) -> _Labels:
@@ -112,7 +120,7 @@ def _labels(config: RunConfig, ran: dict[str, Any] | None = None) -> _Labels:
     pattern = "none" if config.sparsity is None else target_kind(config.sparsity)
     ran = ran if ran and ran.get("label") else config.compression.to_dict()
     return {"sparsity": ran["label"], "pattern": pattern, "quant": (ran.get("quant") or {}).get("label", ""),
-            "allocation": parse_allocation(config.allocation).label}
+            "allocation": parse_allocation(config.allocation).label, "seed": config.seed}
 
 
 def point_from_result(config: RunConfig, result: dict[str, Any], *, reused: bool) -> SweepPoint:
@@ -233,10 +241,141 @@ def stored_points(records: Sequence[Any], model: str | None = None) -> list[Swee
         pattern = sparsity.get("kind", "unknown") if isinstance(sparsity, dict) else "none"
         quant = compression.get("quant")
         points.append(SweepPoint(method=str(config.get("method")), sparsity=str(compression.get("label")),
-                                 allocation=str(config.get("allocation") or UNIFORM),
+                                 allocation=str(config.get("allocation") or UNIFORM), seed=_seed(config),
                                  pattern=pattern, quant=str(quant.get("label", "")) if isinstance(quant, dict) else "",
                                  bits_per_weight=_num((result.get("accounting") or {}).get("bits_per_weight")),
                                  achieved_sparsity=_num(result.get("achieved_sparsity")), ppl=_num(ppl.get(data)),
                                  dense_ppl=_num(dense.get(data)), **mean_accuracy(result),
                                  prune_seconds=_num(result.get("prune_seconds")), reused=True, run_id=record.run_id))
     return points
+
+
+def _seed(config: dict[str, Any]) -> int:
+    try:
+        return int(config.get("seed") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+MAX_SEEDS = 20
+
+
+def parse_seeds(text: str | None) -> tuple[int, ...]:
+    """Calibration seeds typed as ``0, 1, 2`` (commas or spaces): () for an empty field, else two or more.
+
+    A spread needs at least two seeds: one seed, a repeated seed, a negative or non-whole number
+    raises :class:`ToolkitError` with one line saying what to type.
+
+    >>> parse_seeds("0, 1 2")
+    (0, 1, 2)
+    >>> parse_seeds("  ")
+    ()
+    """
+    words = (text or "").replace(",", " ").split()
+    if not words:
+        return ()
+    seeds = []
+    for word in words:
+        if not word.isdigit():
+            raise ToolkitError(f"calibration seeds are whole numbers ≥ 0 separated by commas, got {word!r}; "
+                               "type e.g. 0, 1, 2")
+        seeds.append(int(word))
+    if len(seeds) < 2:
+        raise ToolkitError(f"a spread needs at least two calibration seeds, got one ({seeds[0]}); type e.g. "
+                           f"{seeds[0]}, {seeds[0] + 1}, {seeds[0] + 2}, or leave Seeds empty for one run per point")
+    if len(set(seeds)) < len(seeds):
+        raise ToolkitError(f"calibration seed {next(s for s in seeds if seeds.count(s) > 1)} is listed twice; "
+                           "list each seed once")
+    if len(seeds) > MAX_SEEDS:
+        raise ToolkitError(f"{len(seeds)} seeds; at most {MAX_SEEDS} per sweep")
+    return tuple(seeds)
+
+
+DEFAULT_RUN_SECONDS = 60.0  # a run's wall time when the store has no finished run of the model to go by
+HISTORY = 5  # most recent finished runs of a model and method the estimate takes the median of
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """How long a sweep should take before it starts: runs to compute, runs reused, seconds, and on what basis."""
+
+    runs: int
+    reused: int
+    seconds: float
+    basis: tuple[str, ...]  # one phrase per method: "wanda: median of 3 stored runs, 41 s each"
+
+    @property
+    def line(self) -> str:
+        """``≈ 6 min for 9 runs (3 reused) · wanda: …`` (one line for the form)."""
+        reused = f" ({self.reused} more reused from the run store)" if self.reused else ""
+        if not self.runs:
+            return f"≈ nothing to compute: all {self.reused} points are in the run store"
+        return f"≈ {_duration(self.seconds)} for {self.runs} runs{reused} · " + "; ".join(self.basis)
+
+
+def run_wall_seconds(record: Any) -> float:
+    """A finished run's wall time: from its id's start stamp to result.json's ``finished_at`` (nan if unknown)."""
+    result = record.result if isinstance(record.result, dict) else {}
+    try:
+        start = time.mktime(time.strptime(record.run_id[:15], "%Y%m%d-%H%M%S"))
+        end = time.mktime(time.strptime(str(result.get("finished_at")), "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return math.nan
+    return end - start if end > start else math.nan
+
+
+def _tokens(config: Any) -> float:
+    """Calibration tokens of a RunConfig or a stored config dict (nsamples × seqlen)."""
+    data = config if isinstance(config, dict) else {"nsamples": config.nsamples, "seqlen": config.seqlen}
+    return _num(data.get("nsamples")) * _num(data.get("seqlen"))
+
+
+def per_run_seconds(config: RunConfig, records: Sequence[Any]) -> tuple[float, str]:
+    """Seconds one run of ``config`` should take, from the store's finished runs of its model and method.
+
+    The median wall time of the :data:`HISTORY` most recent such runs, each scaled by the ratio of
+    calibration tokens (``config``'s over the run's); without one, :data:`DEFAULT_RUN_SECONDS`.
+    Returns (seconds, the basis in words).
+    """
+    scaled = []
+    for record in sorted(records, key=lambda r: r.run_id, reverse=True):
+        stored = record.config if isinstance(record.config, dict) else {}
+        if record.status != "finished" or stored.get("model") != config.model or stored.get("method") != config.method:
+            continue
+        wall, tokens = run_wall_seconds(record), _tokens(stored)
+        ratio = _tokens(config) / tokens if tokens > 0 else math.nan  # nan: a run without its protocol
+        if math.isfinite(wall) and math.isfinite(ratio) and ratio > 0:
+            scaled.append(wall * ratio)
+        if len(scaled) == HISTORY:
+            break
+    if not scaled:
+        return DEFAULT_RUN_SECONDS, f"{config.method}: {DEFAULT_RUN_SECONDS:.0f} s a run (no finished run of it yet)"
+    seconds = statistics.median(scaled)
+    return seconds, (f"{config.method}: {_duration(seconds)} a run (median of {len(scaled)} stored run"
+                     f"{'s' if len(scaled) > 1 else ''}, scaled by calibration tokens)")
+
+
+def estimate(configs: Sequence[RunConfig], records: Sequence[Any]) -> Estimate:
+    """The sweep's time before it starts: each config not already in ``records`` × its :func:`per_run_seconds`.
+
+    ``records`` are the run store's (:func:`toolkit.api.list_runs` of the configs' ``out_dir``).
+    """
+    total, reused, runs, basis = 0.0, 0, 0, {}
+    done = [r for r in records if r.status == "finished" and isinstance(r.config, dict)]
+    for config in configs:
+        key = config.reuse_key()  # as find_finished matches it, on the records already read
+        if any(all(record.config.get(k) == v for k, v in key.items()) for record in done):
+            reused += 1
+            continue
+        seconds, words = per_run_seconds(config, records)
+        total, runs = total + seconds, runs + 1
+        basis.setdefault(config.method, words)
+    return Estimate(runs=runs, reused=reused, seconds=total, basis=tuple(basis.values()))
+
+
+def _duration(seconds: float) -> str:
+    """``45 s``, ``6 min``, ``1 h 20 min``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 90 else f"{minutes // 60} h {minutes % 60} min"

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.compare.names import run_name, run_names
 from toolkit.errors import ToolkitError
 from toolkit.store.runs import RunRecord
 
@@ -127,9 +128,8 @@ def overlap(a: np.ndarray, b: np.ndarray, m: int = 4) -> dict[str, float]:
 
 # -- runs -------------------------------------------------------------------------------------
 def run_label(record: RunRecord) -> str:
-    """``wanda 50% · 20261122-191329-…-b393`` (short enough for a legend)."""
-    config = record.config if isinstance(record.config, dict) else {}
-    return f"{config.get('method', '?')} {record.label} · {record.run_id[-4:]}"
+    """``FISTAPruner 50% · OWL · DSnoT`` (:func:`toolkit.compare.names.run_name`; short enough for a legend)."""
+    return run_name(record)
 
 
 def check_comparable(records: Sequence[RunRecord]) -> None:
@@ -157,10 +157,7 @@ def load_masks(records: Sequence[RunRecord], layer: int, name: str) -> dict[str,
 
 def _load(records: Sequence[RunRecord], layer: int, name: str) -> dict[str, np.ndarray]:
     masks: dict[str, np.ndarray] = {}
-    for record in records:
-        label = run_label(record)
-        while label in masks:  # two runs with the same method, sparsity and id suffix
-            label += "′"
+    for label, record in zip(run_names(records), records, strict=True):  # equal configs told apart by seed or time
         masks[label] = record.load_mask(layer, name)
     labels = list(masks)
     for label in labels[1:]:

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.compare.masks import hamming, iou, run_label
+from toolkit.compare.masks import hamming, iou
+from toolkit.compare.names import run_names
 from toolkit.errors import ToolkitError
 from toolkit.live.structure import KEPT_KINDS, fold_structure
 from toolkit.store.runs import RunRecord
@@ -38,7 +39,7 @@ def load_kept(records: Sequence[RunRecord]) -> dict[str, Kept]:
     if len(models) > 1:
         raise ToolkitError(f"the runs are of different models ({', '.join(sorted(models))}); pick runs of one model")
     runs: dict[str, Kept] = {}
-    for record in records:
+    for label, record in zip(run_names(records), records, strict=True):
         if not is_structured(record):
             raise ToolkitError(f"run {record.run_id} keeps weights by masks, not whole heads and channels; "
                                "compare structured runs with structured runs")
@@ -46,9 +47,6 @@ def load_kept(records: Sequence[RunRecord]) -> dict[str, Kept]:
         if not kept:
             raise ToolkitError(f"run {record.run_id} recorded no kept heads or channels (a run from before "
                                "kept maps were stored); run it again to compare it")
-        label = run_label(record)
-        while label in runs:
-            label += "′"
         runs[label] = kept
     for kind in KEPT_KINDS:
         widths = {label: kept_mask(kept, kind).shape for label, kept in runs.items() if kept.get(kind)}

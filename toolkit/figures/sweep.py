@@ -9,6 +9,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from toolkit.figures.overlay import error_bars, fold
 from toolkit.figures.run import Spec, _finite, _float, base_layout, figure, method_color, note_figure
 
 
@@ -24,6 +25,8 @@ def sweep_figure(points: Sequence[Mapping[str, Any]], *, dense_ppl: float | None
     ``accuracy`` (mean zero-shot accuracy over tasks) on a linear axis, and ``dense_ppl`` is the
     dense model's mean accuracy. Points with an ``allocation`` other than uniform (OWL, a ratio
     file) get a line of their own per method, in the method's colour with a dash of their own.
+    Points of one sparsity repeated over calibration seeds (a ``seed`` each) are drawn once, at
+    their mean, with error bars of ± their sample standard deviation.
     """
     methods = list(dict.fromkeys(str(p["method"]) for p in points))
     spreads = list(dict.fromkeys([UNIFORM, *(_allocation(p) for p in points)]))
@@ -58,11 +61,14 @@ PATTERN_STYLES = {  # pattern → (marker, line dash or None for markers only, l
 
 
 def _sweep_trace(method: str, pattern: str, group: list[Mapping[str, Any]], color: str, metric: str) -> Spec:
+    """One curve; points of one sparsity run with several seeds are their mean with ± std error bars."""
     symbol, dash, suffix = PATTERN_STYLES[pattern]
-    labels = [str(p["sparsity"]) for p in group]
+    folded = fold(group, "sparsity", metric)
+    labels = [str(f["label"]) for f in folded]
+    hover = [f"{f['label']}" + (f" · mean ± std of {f['n']} seeds {f['seeds']}" if f["n"] > 1 else "") for f in folded]
     trace = {"type": "scatter", "name": method + suffix, "legendgroup": method,
-             "x": [_float(p.get("achieved_sparsity")) for p in group], "y": [_float(p[metric]) for p in group],
-             "marker": {"symbol": symbol, "size": 9 if dash else 12, "color": color}, "customdata": labels,
+             "x": [f["x"] for f in folded], "y": [f["y"] for f in folded], "error_y": error_bars(folded),
+             "marker": {"symbol": symbol, "size": 9 if dash else 12, "color": color}, "customdata": hover,
              "hovertemplate": f"{method} %{{customdata}}<br>achieved %{{x:.1%}}<br>{metric} %{{y:.3f}}<extra></extra>"}
     if dash:
         trace.update(mode="lines+markers", line={"dash": dash, "color": color})
