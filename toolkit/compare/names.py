@@ -90,6 +90,9 @@ def run_names(records: Sequence[RunRecord]) -> list[str]:
         counts = Counter(names)
         names = [f"{name} · {refine(record)}" if counts[name] > 1 and _differs(refine, records, names, name) else name
                  for name, record in zip(names, records, strict=True)]
+    counts = Counter(names)  # started in the same second: the time all the same, then primes
+    names = [f"{name} · {started(record.run_id)}" if counts[name] > 1 else name
+             for name, record in zip(names, records, strict=True)]
     seen: set[str] = set()
     unique = []
     for name in names:
