@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.results_allocation import ALLOCATION_SECTIONS
+from benchmarks.results_presets import PRESET_SECTIONS
 from benchmarks.results_read import RESULTS, ROOT, Lines, Section, commits, protocol_lines, records_of, rel, stamps
 from benchmarks.results_render import (
     render_app_load,
@@ -283,6 +284,7 @@ python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four run
     ),
     *SCALE_SECTIONS,
     *ALLOCATION_SECTIONS,
+    *PRESET_SECTIONS,
     Section(
         "Weight digests: did a change move any pruned weight?",
         ("digest_*.jsonl",),
