@@ -109,11 +109,11 @@ def pruning_panels(view: RunView) -> dict[str, bool]:
     (:func:`app.views.visible`); the ranking and kept maps for a structured run; the per-layer
     sparsity for an unstructured or n:m run; DSnoT's before/after once it refined a linear.
     """
-    shown = views.visible(view)
     structured = view.structure.ranking is not None or bool(view.structure.kept)
-    return {"heatmap": True, "layers": True, "solver": shown["solver"], "lambda": shown["lambda"],
-            "ranking": structured, "kept": structured, "allocation": view.allocation.applies,
-            "refine": shown["refine"], "loss": False}
+    panels = {"heatmap": True, "layers": True, "ranking": structured, "kept": structured,
+              "allocation": view.allocation.applies}
+    live = views.visible(view)  # the Run tab's own rule wherever it has one: the replay shows what the live run did
+    return {**panels, **{name: bool(show) for name, show in live.items() if name in PANELS}, "loss": False}
 
 
 def _pruning_replay(record: RunRecord, events: list[Any], times: list[float]) -> dict[str, Any]:
@@ -268,7 +268,7 @@ def build(gr: Any, *, runs_dir: str) -> dict[str, Any]:
     def on_open(run_id: str) -> dict:
         view = replay_view(run_id, runs_dir)
         traces, shown, up = view.pop("traces", None), view.pop("visible", None), view.pop("parent", "")
-        update: dict[Any, Any] = {outputs[key]: value for key, value in view.items()}
+        update: dict[Any, Any] = {outputs[key]: value for key, value in view.items() if key in outputs}
         if shown is not None:
             for name, show in shown.items():
                 update[outputs[name]] = gr.update(value=view.get(name), visible=show)

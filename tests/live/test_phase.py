@@ -109,3 +109,14 @@ def test_a_cached_dense_perplexity_names_the_pruned_perplexity_instead_of_guessi
     pruning = [line for _, line, _ in lines if line.startswith("pruning layer")]
     assert pruning and all("+ the pruned evaluation" in line for line in pruning)
     assert not any(ZERO_LEFT.search(line) for _, line, (_, fraction) in lines if fraction >= 1.0)
+
+
+def test_a_replay_without_stamps_says_its_elapsed_time_was_not_recorded() -> None:
+    view = RunView()
+    for _, event in timeline():
+        view.apply(event)  # type: ignore[arg-type]  # no clock: an older run store without stamps
+    assert view.status == "finished" and "elapsed not recorded" in progress_line(view, 0.0)
+    timed = RunView()
+    for clock, event in timeline():
+        timed.apply(event, clock)  # type: ignore[arg-type]
+    assert "elapsed 1 min 44 s" in progress_line(timed, 1e9)  # RunStarted at 0 s, RunFinished at 104.5 s

@@ -36,3 +36,16 @@ def test_a_running_and_a_cancelled_recovery_say_where_they_are() -> None:
     assert name == "wiki" and before == 40.0 and math.isnan(after)
     view.apply(RunFailed(error="recovery cancelled; run r1 and its model are unchanged", cancelled=True))
     assert view.status == "cancelled" and view.status_line().startswith("cancelled: recovery cancelled")
+
+
+def test_a_recovery_folded_at_stamps_keeps_its_elapsed_time_and_training_data() -> None:
+    protocol = {"calibration": {"source": "wiki", "nsamples": 12, "seqlen": 32, "seed": 0},
+                "model_label": "tiny-llama after wanda 50% (run r1)"}
+    started = RunStarted(run_id="r2", model="tiny-llama", method="recover", sparsity="50%",
+                         options={"parent": "r1", "steps": 1}, protocol=protocol, num_layers=2, linears=[],
+                         device="cpu")
+    end = RunFinished(achieved_sparsity=0.5, prune_seconds=27.9, ppl={}, dense_ppl={})
+    view = fold_recovery([started, RecoveryStep(step=1, loss=3.0, lr=1e-4), end], times=[2.0, 20.0, 45.0])
+    assert view.elapsed(math.nan) == 43.0 and view.train_seconds == 27.9
+    assert view.calibration["nsamples"] == 12 and view.model == protocol["model_label"]
+    assert math.isnan(fold_recovery([started, end]).elapsed(math.nan))  # no clock: unknown, not the training time

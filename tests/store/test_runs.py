@@ -79,3 +79,19 @@ def test_event_generator_raises_bad_input_before_writing(tmp_path: Path) -> None
     with pytest.raises(ToolkitError):
         list(run(RunConfig(model="no-such-model", out_dir=str(tmp_path))))
     assert list_runs(tmp_path) == []
+
+
+def test_events_are_stamped_with_the_seconds_since_the_record_was_created(tmp_path: Path) -> None:
+    """The stamps a replay folds at: increasing, from the record's creation; an older line has none (nan)."""
+    writer = RunWriter(tmp_path, {"method": "wanda", "sparsity": "50%"})
+    writer.event(RunWarning(message="first"))
+    writer.event(RunWarning(message="second"))
+    with open(writer.path / "events.jsonl", "a", encoding="utf-8") as handle:  # lines older code wrote, or a hand
+        handle.write(json.dumps({"type": "Warning", "message": "old"}) + "\n")
+        handle.write(json.dumps({"type": "Warning", "message": "odd", "at_s": "soon"}) + "\n")
+    stamped = list(open_run(writer.path).timed_events())
+    assert [event.message for _, event in stamped] == ["first", "second", "old", "odd"]  # type: ignore[attr-defined]
+    first, second = stamped[0][0], stamped[1][0]
+    assert 0.0 <= first <= second < 60.0
+    assert all(np.isnan(at) for at, _ in stamped[2:])
+    assert [e.message for e in open_run(writer.path).events()] == ["first", "second", "old", "odd"]  # type: ignore[attr-defined]
