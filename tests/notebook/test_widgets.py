@@ -69,9 +69,13 @@ def test_dashboard_keeps_images_shows_generations_and_saves(tmp_path: Path) -> N
     assert view.status == "finished"
     drawn = set(dash.current_figures())
     assert {"heatmap", "layers"} <= drawn and not drawn & {"solver", "lambda"}  # wanda has no solver trace
-    assert dash.snapshot.value.count('src="data:image/png;base64,') == len(drawn)  # one image per drawn figure
-    html = dash._repr_mimebundle_()["text/html"]
-    assert "Re-run this cell" in html and "data:image/png" in html
+    assert dash.snapshot.count('src="data:image/png;base64,') == len(drawn)  # one image per drawn figure
+    assert dash._kept_bundle()["text/html"] == dash.snapshot  # the output written under the widget
+    assert "Re-run this cell" in dash._repr_mimebundle_()["text/html"]
+    # the live plots were rebuilt at the end: the state a saved notebook keeps holds the final heat-map
+    state = dash.figures["heatmap"].get_state()["_widget_data"]
+    assert state[0]["type"] == "heatmap" and len(state[0]["z"]) == view.num_layers
+    assert all(box.children == (dash.figures[name],) for name, box in dash._panels.items())
     panel = dash.generations.value
     assert panel.count("tokens/s") >= 2 * 5 and "The capital of France is" in panel and "<th>pruned</th>" in panel
     written = dash.save(tmp_path / "figs", ["png", "svg"])

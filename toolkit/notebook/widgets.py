@@ -7,9 +7,13 @@
   dsnot, DSnoT's error before and after; with
   "generations", the dense and pruned greedy texts side by side (tokens/s). ``Dashboard().run()``
   runs in the cell (widgets refresh as it goes); the Run button runs in a background thread so
-  Cancel stays clickable. A finished run keeps its figures as images in the widget (a re-opened
-  notebook shows them); :meth:`Dashboard.save` (and the "Save figures" button) writes them as
-  PNG/PDF/SVG in a paper style.
+  Cancel stays clickable. When a run finishes, its figures are written under the widget as a
+  regular output (images, kept in the saved notebook for every viewer) and the live plots are
+  rebuilt from them (so the saved widget state holds the final figures, not the empty first
+  ones); a widget restored without its kernel says so in one line (:mod:`toolkit.notebook.kernel_note`).
+  Displaying a dashboard turns off the Hugging Face progress bars (:mod:`toolkit.notebook.quiet`).
+  :meth:`Dashboard.save` (and the "Save figures" button) writes the figures as PNG/PDF/SVG in a
+  paper style.
 - :func:`compare_masks`: keep-masks of two runs for one linear, their difference and overlap
   (:meth:`MaskComparison.save` exports them).
 - :func:`sweep_plot`: perplexity vs sparsity, from the run store or by running a sweep; export it
@@ -38,6 +42,7 @@ from toolkit.figures.registry import figure as view_figure
 from toolkit.live.phase import format_seconds, progress_line
 from toolkit.live.view import RunView
 from toolkit.notebook.background import BackgroundPanel
+from toolkit.notebook.kernel_note import kernel_note
 from toolkit.notebook.panels import (
     FIELD,
     FLEX_ROW,
@@ -47,6 +52,7 @@ from toolkit.notebook.panels import (
     generations_html,
     snapshot_html,
 )
+from toolkit.notebook.quiet import quiet_progress_bars
 from toolkit.store.runs import RunRecord
 
 __all__ = ["Dashboard", "MaskComparison", "compare_masks", "save_figure", "sweep_plot"]
@@ -124,7 +130,9 @@ class Dashboard(BackgroundPanel):
                                    layout=w.Layout(width="calc(100% - 8px)", height="60px"))
         self.result = w.HTML("")
         self.generations = w.HTML("", layout=w.Layout(width="calc(100% - 8px)"))
-        self.snapshot = w.HTML("", layout=w.Layout(width="calc(100% - 8px)"))  # final figures as images, kept
+        self.snapshot = ""  # the finished run's figures as images: the output under the widget (kept when saved)
+        self._kept: list[Any] = []  # display handles of that output, one per display of the dashboard
+        self.kernel_note = kernel_note()
         # a FigureWidget sizes itself once, when attached: a set width keeps it inside its panel
         self.figures = {name: go.FigureWidget(view_figure(RunView(), name)).update_layout(width=PANEL_PX)
                         for name in self.FIGURES}
@@ -138,8 +146,11 @@ class Dashboard(BackgroundPanel):
         def row(*children: Any) -> Any:
             return w.HBox(list(children), layout=w.Layout(**FLEX_ROW))
 
+        self._panels: dict[str, Any] = {}
+
         def panel(name: str) -> Any:
-            return w.Box([self.figures[name]], layout=w.Layout(**PANEL))
+            self._panels[name] = w.Box([self.figures[name]], layout=w.Layout(**PANEL))
+            return self._panels[name]
 
         form = w.VBox([row(self.model, self.method, self.sparsity, self.quant),
                        row(self.options, self.nsamples, self.seqlen, self.eval_windows),
@@ -154,14 +165,48 @@ class Dashboard(BackgroundPanel):
         self.allocation_row = rows[ALLOCATION_ROW]
         self.allocation_row.layout.display = "none"
         self.refine_panel = self.allocation_row.children[list(ROWS[ALLOCATION_ROW]).index("refine")]
-        self.widget = w.VBox([form, self.status, *rows.values(), self.warnings, self.result,
-                              self.generations, self.snapshot], layout=w.Layout(width="100%", overflow="hidden"))
+        self.widget = w.VBox([self.kernel_note, form, self.status, *rows.values(), self.warnings, self.result,
+                              self.generations], layout=w.Layout(width="100%", overflow="hidden"))
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         """The widget, plus an HTML note for viewers without a kernel (nbconvert, GitHub)."""
         bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
-        bundle["text/html"] = f"<p><i>{STALE_NOTE}</i></p>{self.snapshot.value}"
+        bundle["text/html"] = f"<p><i>{STALE_NOTE}</i></p>"
         return bundle
+
+    def _ipython_display_(self) -> None:
+        """Show the widget, and under it the output that keeps the finished run's figures (updated at the end)."""
+        from IPython.display import display
+
+        quiet_progress_bars()
+        display(self._repr_mimebundle_(), raw=True)
+        self._kept.append(display(self._kept_bundle(), raw=True, display_id=True))
+
+    def _kept_bundle(self) -> dict[str, str]:
+        if not self.snapshot:
+            return {"text/plain": ""}
+        return {"text/html": self.snapshot, "text/plain": f"figures of run {self.view.run_id}: "
+                + ", ".join(self.current_figures())}
+
+    def _keep_final_figures(self) -> None:
+        """Write the finished run's figures as images under the widget, and rebuild the live plots from them.
+
+        A FigureWidget syncs its figure to the browser once, when made; later changes travel as
+        messages that the saved widget state does not keep. A new widget per panel makes the saved
+        state hold the final figures.
+        """
+        import plotly.graph_objects as go
+
+        figures = self.current_figures()
+        self.snapshot = snapshot_html(list(figures.values()),
+                                      f"figures of run {self.view.run_id} as images (kept in the saved notebook; "
+                                      "if the dashboard above is blank or inert, its kernel is gone: re-run the cell)")
+        for handle in self._kept:
+            handle.update(self._kept_bundle(), raw=True)
+        for name, old in list(self.figures.items()):
+            self.figures[name] = go.FigureWidget(old.to_dict())
+            self._panels[name].children = (self.figures[name],)
+            old.close()
 
     def config(self, **overrides: Any) -> RunConfig:
         """The RunConfig of the form (``overrides`` win); raises ToolkitError for bad input."""
@@ -187,7 +232,7 @@ class Dashboard(BackgroundPanel):
 
     def _drive(self, config: RunConfig, token: CancelToken) -> None:
         self.view, self.result_dict, last = RunView(), None, -math.inf
-        self.snapshot.value = self.generations.value = ""
+        self.snapshot = self.generations.value = ""
         self.status.value = f"starting: loading {config.model}…"
         for event in run(config, token):
             self.view.apply(event, time.monotonic())
@@ -218,10 +263,8 @@ class Dashboard(BackgroundPanel):
                                  + (f"{view.bits_per_weight:.3f} bits/weight · " if math.isfinite(view.bits_per_weight)
                                     else "") + "prune time "
                                  f"{format_seconds(view.prune_seconds)} · run {view.run_id}")
-            if not self.snapshot.value:
-                self.snapshot.value = snapshot_html(list(self.current_figures().values()),
-                                                    f"figures of run {view.run_id} as images (kept in the saved "
-                                                    "notebook; re-run the cell for live views)")
+            if not self.snapshot:
+                self._keep_final_figures()
         elif view.status in ("failed", "cancelled"):
             self.result.value = f"<b>{view.status}</b>: {view.error}"
 
