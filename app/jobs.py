@@ -23,6 +23,7 @@ from typing import Any
 
 from toolkit.api import CancelToken, device_slot, open_run
 from toolkit.errors import ToolkitError
+from toolkit.runtime.release import release_memory
 
 log = logging.getLogger(__name__)
 DONE = object()  # end of a job's stream
@@ -97,7 +98,8 @@ class Job:
     ``start(factory)`` calls ``factory()`` in the worker (so a slow model load never blocks the
     page). A :class:`ToolkitError` from it arrives as ``("error", message)``; any other
     exception as ``("error", "Type: message")`` and is logged with its traceback server-side.
-    ``on_exit`` runs in the worker when the stream ends (it gives the device back).
+    ``on_exit`` runs in the worker when the stream ends (it gives the device back); then the run's
+    memory is given back (:func:`toolkit.runtime.release.release_memory`) before :data:`DONE`.
     """
 
     token: CancelToken = field(default_factory=CancelToken)
@@ -125,6 +127,7 @@ class Job:
         finally:
             self.state = "done"
             on_exit()
+            release_memory()  # the run's model, activations and solver state (and a failure's frames) given back
             self._items.put(DONE)
             self.finished.set()
 

@@ -25,6 +25,7 @@ from toolkit.methods import METHODS
 from toolkit.models.sources import check_model_source
 from toolkit.run.config import CancelToken, RunConfig
 from toolkit.run.preflight import check_window
+from toolkit.runtime.release import release_memory
 from toolkit.spec.compression import TARGET_KINDS
 from toolkit.store.runs import find_finished, list_runs, open_run
 
@@ -77,11 +78,14 @@ def prune_model(
     """Run ``config`` to the end in this thread; returns the result dict (result.json).
 
     Raises :class:`ToolkitError` for bad input, :class:`RunCancelled` when cancelled; the run
-    store marks either outcome and the model is restored.
+    store marks either outcome and the model is restored. The run's memory is given back when it returns.
     """
     from toolkit.run.pipeline import execute
 
-    return execute(config, on_event or (lambda event: None), cancel or CancelToken(), on_progress)
+    try:
+        return execute(config, on_event or (lambda event: None), cancel or CancelToken(), on_progress)
+    finally:
+        release_memory()
 
 
 def run(config: RunConfig, cancel: CancelToken | None = None) -> Iterator[Event]:
@@ -89,7 +93,8 @@ def run(config: RunConfig, cancel: CancelToken | None = None) -> Iterator[Event]
 
     Bad input raises :class:`ToolkitError` before anything is written; a failure later is
     reported as a RunFailed event (the run store marks it). Closing the generator (e.g. a
-    browser tab going away) cancels the run and waits for the worker to stop.
+    browser tab going away) cancels the run and waits for the worker to stop. However it ends, the
+    run's memory is then given back (:func:`toolkit.runtime.release.release_memory`).
     """
     from toolkit.run.pipeline import execute
 
@@ -126,6 +131,8 @@ def run(config: RunConfig, cancel: CancelToken | None = None) -> Iterator[Event]
             if not ended:  # closed mid-run: cancel; after the last event the worker is only tidying up
                 token.cancel()
             thread.join()
+        failure.clear()  # the exception's frames hold the run's model (a cycle through this list otherwise)
+        release_memory()  # the run's model, activations and solver state back to the system
 
 
 def evaluate_model(
@@ -179,4 +186,7 @@ def recover_model(
     if unknown:
         raise ToolkitError(f"unknown recovery setting {unknown[0]!r}: use {', '.join(SETTINGS)}")
     config = RecoverConfig(run_dir=str(run), **settings)
-    return recover(config, on_event or (lambda event: None), cancel or CancelToken(), on_progress)
+    try:
+        return recover(config, on_event or (lambda event: None), cancel or CancelToken(), on_progress)
+    finally:
+        release_memory()

@@ -1,7 +1,8 @@
 """Work a notebook panel runs in a background thread, so its Cancel button stays responsive.
 
 :class:`BackgroundPanel` gives a panel ``start`` (run ``self.run`` in a daemon thread, refused
-while one is going on) and ``cancel`` (set the cancel token that ``run`` handed to the toolkit).
+while one is going on; the run's memory is given back when it ends) and ``cancel`` (set the
+cancel token that ``run`` handed to the toolkit).
 The dashboard and the recovery panel share it.
 """
 
@@ -11,6 +12,7 @@ import threading
 from typing import Any
 
 from toolkit.api import CancelToken
+from toolkit.runtime.release import release_memory
 
 
 class BackgroundPanel:
@@ -32,8 +34,14 @@ class BackgroundPanel:
         if self._thread is not None and self._thread.is_alive():
             self.status.value = f"<b>{self.busy}</b>"
             return
-        self._thread = threading.Thread(target=self.run, kwargs=overrides, daemon=True)
+        self._thread = threading.Thread(target=self._run_then_release, kwargs=overrides, daemon=True)
         self._thread.start()
+
+    def _run_then_release(self, **overrides: Any) -> None:
+        try:
+            self.run(**overrides)
+        finally:  # the kernel lives on between runs: give the run's model and activations back
+            release_memory()
 
     def cancel(self) -> None:
         """Stop the work at its next cancellation point (its run is recorded as cancelled)."""
