@@ -233,18 +233,17 @@ OVERLAY_NOTE = "**Here**: one line per chosen run, named by method, target, allo
 
 
 def overlay_plots(gr: Any) -> dict[str, Any]:
-    """The overlay rows (perplexity and accuracy vs sparsity; error and sparsity per layer), explained."""
+    """The overlay rows (perplexity vs sparsity and error per layer; sparsity per layer and accuracy), explained."""
     with gr.Row():
         ppl = gr.Plot(show_label=False, elem_id="compare-overlay-ppl")
-        accuracy = gr.Plot(show_label=False, elem_id="compare-overlay-accuracy")
-    howto.accordions(gr, "compare", Plot.SWEEP, Plot.ACCURACY,
-                     extra={Plot.SWEEP: SEEDS_NOTE, Plot.ACCURACY: SEEDS_NOTE})
-    with gr.Row():
         error = gr.Plot(show_label=False, elem_id="compare-overlay-error")
+    howto.accordions(gr, "compare", Plot.SWEEP, Plot.LAYERS, extra={Plot.SWEEP: SEEDS_NOTE, Plot.LAYERS: OVERLAY_NOTE})
+    with gr.Row():
         sparsity = gr.Plot(show_label=False, elem_id="compare-overlay-sparsity")
-    howto.accordions(gr, "compare", Plot.LAYERS, Plot.ALLOCATION,
-                     extra={Plot.LAYERS: OVERLAY_NOTE,
-                            Plot.ALLOCATION: OVERLAY_NOTE + " Lines, not bars; no target line."})
+        accuracy = gr.Plot(show_label=False, elem_id="compare-overlay-accuracy")
+    howto.accordions(gr, "compare", Plot.ALLOCATION, Plot.ACCURACY,
+                     extra={Plot.ALLOCATION: OVERLAY_NOTE + " Lines, not bars; no target line.",
+                            Plot.ACCURACY: SEEDS_NOTE})
     return {"overlay_ppl": ppl, "overlay_accuracy": accuracy, "overlay_error": error, "overlay_sparsity": sparsity}
 
 
