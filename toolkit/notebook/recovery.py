@@ -3,7 +3,9 @@
 - :class:`RecoveryPanel`: run folder, steps, Recover / Cancel, the live loss curve
   (:func:`toolkit.figures.recovery.recovery_figure`) and perplexity before → after.
   ``RecoveryPanel(run).run()`` runs in the cell; the Recover button runs in a background thread so
-  Cancel stays clickable.
+  Cancel stays clickable. A finished recovery rebuilds its plot so a saved notebook keeps the final
+  curve; restored without its kernel, the panel says so in one line; making a panel turns off the
+  Hugging Face progress bars (as the dashboard does).
 - :func:`recover`: display a panel and run it in the cell; returns the panel (``panel.result`` is
   the new run's result dict).
 
@@ -23,8 +25,10 @@ from toolkit.events import Event
 from toolkit.figures.recovery import recovery_figure
 from toolkit.live.recovery import RecoveryView
 from toolkit.notebook.background import BackgroundPanel
+from toolkit.notebook.kernel_note import kernel_note
 from toolkit.notebook.panels import FIELD, FLEX_ROW, PANEL_PX
-from toolkit.notebook.widgets import _copy_into
+from toolkit.notebook.quiet import quiet_progress_bars
+from toolkit.notebook.widgets import _copy_into, kept_figure_widget
 from toolkit.run.recover_config import DEFAULT_STEPS
 
 REFRESH = 0.5  # seconds between redraws while a recovery streams
@@ -57,12 +61,15 @@ class RecoveryPanel(BackgroundPanel):
         self.figure = go.FigureWidget(recovery_figure(RecoveryView())).update_layout(width=PANEL_PX)
         self.view = RecoveryView()
         self.result: dict[str, Any] | None = None
+        self.kernel_note = kernel_note()
+        quiet_progress_bars()  # loading the saved model would leave "Loading weights: 0%" in the notebook
         super().__init__()
-        self._drawn = -math.inf
+        self._drawn, self._final = -math.inf, False
         self.recover_button.on_click(lambda _: self.start())
         self.cancel_button.on_click(lambda _: self.cancel())
         form = w.HBox([self.run_box, self.steps, self.recover_button, self.cancel_button], layout=w.Layout(**FLEX_ROW))
-        self.widget = w.VBox([form, self.status, self.figure, self.result_html], layout=w.Layout(width="100%"))
+        self.widget = w.VBox([self.kernel_note, form, self.status, self.figure, self.result_html],
+                             layout=w.Layout(width="100%"))
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         """The widget."""
@@ -79,7 +86,7 @@ class RecoveryPanel(BackgroundPanel):
         ``overrides`` replace settings for this call. Bad input and failures show in :attr:`status`.
         """
         self._token, self.view, self.result = CancelToken(), RecoveryView(), None
-        self.result_html.value = ""
+        self.result_html.value, self._final = "", False
         self.status.value = f"starting: loading the saved model of {self.run_box.value}…"
         try:
             self.result = recover_model(run=self._run_dir(), steps=int(self.steps.value), on_event=self._on_event,
@@ -104,6 +111,10 @@ class RecoveryPanel(BackgroundPanel):
         if view.status != "idle":
             self.status.value = f"<b>{view.status_line()}</b>"
         _copy_into(self.figure, recovery_figure(view))
+        if view.status == "finished" and not self._final:  # once: the saved widget state keeps the final curve
+            self._final = True
+            self.figure = kept_figure_widget(self.figure)
+            self.widget.children = (*self.widget.children[:3], self.figure, *self.widget.children[4:])
         if view.status == "finished":
             rows = "".join(f"<tr><td>{name}</td><td>{before:.3f}</td><td>{after:.3f}</td></tr>"
                            for name, before, after in view.result_rows())

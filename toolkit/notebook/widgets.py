@@ -11,7 +11,7 @@
   regular output (images, kept in the saved notebook for every viewer) and the live plots are
   rebuilt from them (so the saved widget state holds the final figures, not the empty first
   ones); a widget restored without its kernel says so in one line (:mod:`toolkit.notebook.kernel_note`).
-  Displaying a dashboard turns off the Hugging Face progress bars (:mod:`toolkit.notebook.quiet`).
+  Making a dashboard turns off the Hugging Face progress bars (:mod:`toolkit.notebook.quiet`).
   :meth:`Dashboard.save` (and the "Save figures" button) writes the figures as PNG/PDF/SVG in a
   paper style.
 - :func:`compare_masks`: keep-masks of two runs for one linear, their difference and overlap
@@ -72,6 +72,20 @@ def _copy_into(widget: Any, figure: Any) -> None:
             for old, new in zip(widget.data, figure.data, strict=True):
                 old.update(new.to_plotly_json(), overwrite=True)
         widget.update_layout(figure.layout.to_plotly_json(), overwrite=True)
+
+
+def kept_figure_widget(old: Any) -> Any:
+    """A new FigureWidget showing ``old``'s current figure; ``old`` is closed.
+
+    A FigureWidget syncs its figure to the browser once, when made; later changes travel as
+    messages that the saved widget state does not keep. A new widget at the end of a run makes the
+    saved state (a re-opened notebook) hold the final figure, not the empty first one.
+    """
+    import plotly.graph_objects as go
+
+    fresh = go.FigureWidget(old.to_dict())
+    old.close()
+    return fresh
 
 
 def _parse_options(text: str) -> dict[str, str]:
@@ -138,6 +152,7 @@ class Dashboard(BackgroundPanel):
                         for name in self.FIGURES}
         self.view = RunView()
         self.result_dict: dict[str, Any] | None = None
+        quiet_progress_bars()  # the status line says what loads; tqdm bars would stay in the saved notebook at 0 %
         super().__init__()
         self.run_button.on_click(lambda _: self.start())
         self.cancel_button.on_click(lambda _: self.cancel())
@@ -178,7 +193,6 @@ class Dashboard(BackgroundPanel):
         """Show the widget, and under it the output that keeps the finished run's figures (updated at the end)."""
         from IPython.display import display
 
-        quiet_progress_bars()
         display(self._repr_mimebundle_(), raw=True)
         self._kept.append(display(self._kept_bundle(), raw=True, display_id=True))
 
@@ -189,14 +203,7 @@ class Dashboard(BackgroundPanel):
                 + ", ".join(self.current_figures())}
 
     def _keep_final_figures(self) -> None:
-        """Write the finished run's figures as images under the widget, and rebuild the live plots from them.
-
-        A FigureWidget syncs its figure to the browser once, when made; later changes travel as
-        messages that the saved widget state does not keep. A new widget per panel makes the saved
-        state hold the final figures.
-        """
-        import plotly.graph_objects as go
-
+        """Write the finished run's figures as images under the widget; rebuild the plots (kept_figure_widget)."""
         figures = self.current_figures()
         self.snapshot = snapshot_html(list(figures.values()),
                                       f"figures of run {self.view.run_id} as images (kept in the saved notebook; "
@@ -204,9 +211,8 @@ class Dashboard(BackgroundPanel):
         for handle in self._kept:
             handle.update(self._kept_bundle(), raw=True)
         for name, old in list(self.figures.items()):
-            self.figures[name] = go.FigureWidget(old.to_dict())
+            self.figures[name] = kept_figure_widget(old)
             self._panels[name].children = (self.figures[name],)
-            old.close()
 
     def config(self, **overrides: Any) -> RunConfig:
         """The RunConfig of the form (``overrides`` win); raises ToolkitError for bad input."""
