@@ -19,7 +19,21 @@ INTRO = ("Prune a language model layer by layer and watch it happen: **Run** one
          "see four methods side by side in the **Lesson**.")
 CSS = (".plot-container { min-height: 0 !important; } footer { display: none !important; } "
        "#run-actions { position: sticky; top: 0; bottom: 0; z-index: 20; background: var(--background-fill-primary); } "
-       ".gradio-container { overflow: clip !important; }")  # clip, unlike hidden, lets #run-actions stick
+       ".gradio-container { overflow: clip !important; } "  # clip, unlike hidden, lets #run-actions stick
+       "#run-card { border: 2px solid var(--color-accent); border-radius: var(--radius-lg); padding: 0 12px; }")
+# A slider's number box clamps what is typed into it when it loses focus (150 becomes 95, -5 becomes 0), so
+# the form would run what the user did not ask for. These capture listeners run before the slider's own and
+# keep an out-of-range value as typed; the form then refuses it in the status line (app/forms.py).
+KEEP_TYPED_JS = """() => {
+  const keep = (event) => {
+    const box = event.target;
+    if (!(box instanceof HTMLInputElement) || box.type !== 'number' || !box.closest('.block')
+        || !box.getAttribute('aria-label')?.startsWith('number input for')) return;
+    const value = Number(box.value), low = Number(box.min), high = Number(box.max);
+    if (box.value !== '' && (Number.isNaN(value) || value < low || value > high)) event.stopImmediatePropagation();
+  };
+  for (const kind of ['blur', 'focusout', 'change']) document.addEventListener(kind, keep, true);
+}"""
 
 
 def build_app(default_model: str = "smollm2-135m", runs_dir: str = "runs"):  # noqa: ANN201 - gr.Blocks
@@ -52,6 +66,7 @@ def build_app(default_model: str = "smollm2-135m", runs_dir: str = "runs"):  # n
             SESSIONS.close_session(run_tab.session_of(request))
 
         demo.unload(on_unload)
+        demo.load(None, js=KEEP_TYPED_JS)
     checked_by_forms(demo)
     return demo
 

@@ -38,14 +38,15 @@ def export_button(gr: Any, plot: Any, name: str) -> Any:
     with gr.Row():
         button = gr.Button(f"Export {name} (PNG, PDF, SVG)", size="sm", elem_id=f"export-{name}")
         files = gr.File(label=f"{name} for a paper", file_count="multiple", interactive=False,
-                        elem_id=f"export-{name}-files", height=80)
+                        elem_id=f"export-{name}-files", height=80, visible=False)  # shown with its files
 
-    def export(value: Any) -> list[str]:
+    def export(value: Any) -> Any:
         try:
-            return export_files(value, name)
+            made = export_files(value, name)
         except ToolkitError as exc:
             gr.Warning(str(exc))
-            return []
+            made = []
+        return gr.update(value=made, visible=bool(made))
 
     button.click(export, inputs=plot, outputs=files, concurrency_limit=4, show_progress="minimal")
     return files

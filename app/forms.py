@@ -9,8 +9,10 @@ the :class:`RunConfig` it builds holds objects, never text to be parsed again.
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from app import allocation_form
@@ -198,6 +200,54 @@ def model_name(model: str, model_path: str) -> str:
     if not name:
         raise ToolkitError("no model given: pick one from the list or type a hub id or a local path")
     return name
+
+
+def check_model_available(name: str) -> None:
+    """Raise before a run is queued when the hub id ``name`` cannot be loaded; nothing else is checked here.
+
+    :class:`RunConfig` already checked what the files tell (a local folder, a ``.gguf``, the list's
+    names). A hub id passes when the local Hugging Face cache holds it; otherwise the hub must be
+    reachable (one quick connect) and know the id (one request). Raises :class:`ToolkitError` saying
+    what to pick instead, with the nearest name of the list when the id looks like a typo of one.
+    """
+    from toolkit.models.sources import hub_reachable
+
+    if name in MODELS or Path(name).expanduser().exists() or _hub_cached(name):
+        return
+    near = difflib.get_close_matches(name, MODELS, n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    if not hub_reachable():
+        raise ToolkitError(f"model {name!r} is not in the list, not a local folder or file, and as a Hugging Face hub "
+                           "id it needs the hub, which is not reachable (and it is not in the local cache): pick a "
+                           f"model from the list, or type a checkpoint folder or a .gguf file{hint}")
+    if not _on_hub(name):
+        raise ToolkitError(f"there is no model {name!r} on the Hugging Face hub: check the id (e.g. "
+                           f"facebook/opt-125m), or pick a model from the list{hint}")
+
+
+def _hub_cached(name: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except ValueError:  # not a valid repository id: RunConfig's source check words that case
+        return False
+
+
+def _on_hub(name: str) -> bool:
+    """Whether the hub knows ``name`` (True when it could not say: the load then reports what went wrong)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+
+    try:
+        HfApi().model_info(name, timeout=10)
+    except GatedRepoError:  # it exists; the load says that it needs a token
+        return True
+    except RepositoryNotFoundError:
+        return False
+    except (HfHubHTTPError, OSError, ValueError):
+        return True
+    return True
 
 
 def protocol_fields(protocol: Protocol) -> dict[str, Any]:

@@ -178,6 +178,15 @@ def run_notes(events: Sequence[Event]) -> dict[Plot, str]:
             Plot.LAMBDA: annotated(Plot.LAMBDA, describe_lambda(lambda_summary(lambdas)))}
 
 
+def accordion(gr: Any, prefix: str, plot: Plot) -> Any:
+    """One collapsed "How to read this" accordion for ``plot``, where it is called (under its plot); returns its text.
+
+    Laid out in the plot's own column, it hides with the plot (element id ``howto-<prefix>-<plot>``).
+    """
+    with gr.Accordion(TITLE, open=False, elem_classes=["howto"]):
+        return gr.Markdown(TEXTS[plot], elem_id=f"howto-{prefix}-{plot.value}")
+
+
 def accordions(gr: Any, prefix: str, *plots: Plot, extra: dict[Plot, str] | None = None) -> dict[Plot, Any]:
     """A row of collapsed "How to read this" accordions, one per plot, in the order of the plots above them.
 

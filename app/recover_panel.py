@@ -20,6 +20,7 @@ from typing import Any, cast
 from app import howto
 from app.howto import Plot
 from app.jobs import DONE, SESSIONS, Job, cancel_and_wait, device_queue
+from app.page_words import page_words
 from toolkit.api import CancelToken, recover_model
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import Event
@@ -66,7 +67,7 @@ def recover_stream(run_id: str, steps: Any, *, runs_dir: str, session: str = "lo
                    clock: Callable[[], float] = time.monotonic) -> Iterator[dict[str, Any]]:
     """Check, queue, run and follow one recovery of run ``run_id``; yields ``{output name: value}`` updates.
 
-    Every failure is a message in ``status`` (and ``notice``), never an exception. Closing the
+    Every failure is one message in ``status`` (no toast besides), never an exception. Closing the
     generator (the page's Cancel, a closed tab) cancels the recovery or leaves the queue.
     """
     try:
@@ -74,7 +75,7 @@ def recover_stream(run_id: str, steps: Any, *, runs_dir: str, session: str = "lo
         if not run_id:
             raise ToolkitError("pick a run first (a finished run with a saved model)")
     except ToolkitError as exc:
-        yield {"status": f"**⚠ {exc}**", "notice": str(exc)}
+        yield {"status": _refused(str(exc))}
         return
     job = SESSIONS.begin(session, KIND)
     line = device_queue("auto")
@@ -123,19 +124,25 @@ def _follow(job: Job, clock: Callable[[], float], run_id: str) -> Iterator[dict[
         next_tick = clock() + PERIOD
     final = {"status": status_markdown(view), "loss": recovery_figure(view), "result": result_markdown(view)}
     if view.status == "idle":  # refused before it started
-        final["status"] = f"**⚠ {error or 'the recovery ended before it started'}**"
-        final["notice"] = error or "the recovery ended before it started"
-    elif view.status == "failed":
-        final["notice"] = view.error
+        final["status"] = _refused(error or "the recovery ended before it started")
     return (yield final)
 
 
+def _refused(message: str) -> str:
+    return f"**⚠ {page_words(message)}**"
+
+
+STARTING = "**▶ starting** · loading the run's saved model and evaluating it before the fine-tune…"
+
+
 def status_markdown(view: RecoveryView) -> str:
-    """The status line: a bar over the steps and the view's one-line status."""
+    """The status line: a bar over the steps and the view's one-line status (the start line until the run starts)."""
+    if view.status == "idle":  # started, its first event not yet here: the picker's hint is no status
+        return STARTING
     words = {"running": "▶", "finished": "✓", "failed": "✗", "cancelled": "■"}
     fraction = view.step / view.steps if view.steps else 0.0
-    return (f"**{words.get(view.status, '')} {view.status_line()}**\n\n"
-            f'<progress value="{fraction:.3f}" max="1"></progress>')
+    line = view.status_line() if view.status not in ("failed", "cancelled") else page_words(view.status_line())
+    return f"**{words.get(view.status, '')} {line}**\n\n" + f'<progress value="{fraction:.3f}" max="1"></progress>'
 
 
 def result_markdown(view: RecoveryView) -> str:
@@ -182,9 +189,6 @@ def build(gr: Any, *, runs_dir: str, chosen: Any) -> dict[str, Any]:
     def handler(run_id: str, count: Any, request: gr.Request) -> Iterator[dict]:  # pyright: ignore[reportInvalidTypeForm]
         session = str(getattr(request, "session_hash", None) or "local")
         for update in recover_stream(run_id, count, runs_dir=runs_dir, session=session):
-            notice = update.pop("notice", None)
-            if notice:
-                gr.Warning(notice)
             yield {outputs[key]: value for key, value in update.items()}
 
     # gr is the gradio module, passed in (not a type to pyright); Gradio reads this annotation

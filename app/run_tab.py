@@ -19,6 +19,7 @@ from typing import Any, cast
 from app import forms, howto, views
 from app.howto import Plot
 from app.jobs import DONE, SESSIONS, Job, cancel_and_wait, device_queue
+from app.page_words import page_words
 from toolkit.api import RunConfig, run
 from toolkit.errors import ToolkitError
 from toolkit.events import Event, RunStarted
@@ -31,11 +32,12 @@ FIGURE_PERIOD = 0.5  # a figure at most twice a second: a redraw costs the brows
 FIGURES_PER_TICK = 2  # and at most two figures a tick, the longest-waiting first, to keep the page responsive
 QUEUE_POLL = 0.5
 CLICKED = "**▶ sent** · checking the form and asking for the device…"  # drawn by the page itself on a click
+PANEL_MIN_WIDTH = 260  # px: three panels fit a row of the right column at 1280 px and up, a fourth wraps below
 
 
 def error_status(message: str) -> str:
-    """The status line for a message the user must act on."""
-    return f"**⚠ {message}**"
+    """The status line for a message the user must act on, in the page's words (:mod:`app.page_words`)."""
+    return f"**⚠ {page_words(message)}**"
 
 
 def run_stream(settings: forms.RunSettings, *, runs_dir: str, session: str = "local",
@@ -43,13 +45,15 @@ def run_stream(settings: forms.RunSettings, *, runs_dir: str, session: str = "lo
     """Validate, queue, run and follow one pruning run; yields ``{output name: value}`` updates.
 
     Closing the generator (Gradio's Cancel / a closed tab) cancels the run or leaves the queue.
-    Every failure is a message in ``status`` (and ``notice``), never an exception.
+    Every failure is one message in ``status``, never an exception (and never a toast besides): input
+    the form refuses, and a model that cannot be found, end the stream before anything is queued.
     """
     log.info("run requested by session %s", session)
     try:
         config = forms.to_config(settings, runs_dir)
+        forms.check_model_available(config.model)  # a hub id offline or unknown: said now, not after the queue
     except ToolkitError as exc:
-        yield {"status": error_status(str(exc)), "notice": str(exc)}
+        yield {"status": error_status(str(exc))}
         return
     job = SESSIONS.begin(session, "run")
     line = device_queue(config.device)
@@ -112,17 +116,15 @@ def _follow(job: Job, clock: Callable[[], float], runs_dir: Path, config: RunCon
 
 def _final(view: RunView, error: str, runs_dir: Path, config: RunConfig) -> dict[str, Any]:
     """Everything, once more, plus downloads for a finished run or the message for a failed one."""
-    if view.status == "idle":  # refused before it started (bad model id, n:m width, ...)
-        message = error or "the run ended before it started"
-        return {"status": error_status(message), "notice": message}
+    if view.status == "idle":  # refused before it started (n:m width, a model that would not load, ...)
+        return {"status": error_status(error or "the run ended before it started")}
     update, _ = views.render(view, time.monotonic())
     update["run_id"], update["visible"] = view.run_id, views.visible(view)
     if error and view.status not in ("failed", "cancelled"):
-        update["status"] += f"\n\n**Error:** {error}"
+        update["status"] += f"\n\n**Error:** {page_words(error)}"
     if view.status == "finished":
         update["files"] = views.downloads(runs_dir / view.run_id, include_model=config.save_model)
-    elif view.status == "failed":
-        update["notice"] = view.error
+        update["visible"]["files"] = bool(update["files"])
     return update
 
 
@@ -277,29 +279,55 @@ def _form(gr: Any, default_model: str, methods: dict[str, dict], runs_dir: str, 
                    cancel_button, allocation)
 
 
-def _outputs(gr: Any) -> dict[str, Any]:
-    """The right column: status, the six live figures, warnings, result table, downloads."""
+def _outputs(gr: Any) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The right column: status, the result card, the registry's panels, warnings, details, downloads.
+
+    Each figure sits in its own column with its "How to read this" (and, for a finished run, its
+    export button), so a panel the run does not fill hides with its explanation. Returns the
+    components by name (panel columns as ``panel:<figure>``, export rows as ``export:<figure>``)
+    and, per key of :func:`views.visible`, the names whose visibility it sets.
+    """
     from app.figure_download import export_button
 
     idle = RunView()
+    shown = views.visible(idle)
     status = gr.Markdown(views.status_markdown(idle, 0.0), elem_id="run-status")
-    plots: dict[str, Any] = {}
-    for names in ROWS.values():  # the registry's rows, in order: errors, solver panels, structure
-        with gr.Row():
+    card = gr.Markdown(visible=False, elem_id="run-card")  # the answer, first: filled when a run finishes
+    parts: dict[str, Any] = {}
+    for names in ROWS.values():  # the registry's rows, in order: errors (+ solver panels), allocation, structure
+        with gr.Row(equal_height=False):
             for name in names:
-                plots[name] = gr.Plot(views.figure(idle, name), show_label=False, elem_id=f"run-{name}",
-                                      visible=not RUN_FIGURES[name].hidden_until_drawn)
-        howto.accordions(gr, "run", *(Plot(RUN_FIGURES[n].explained_by) for n in names if RUN_FIGURES[n].explained_by))
-        for name in names:
-            if RUN_FIGURES[name].export:
-                export_button(gr, plots[name], name)
-    warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False, elem_id="run-warnings")
-    result = gr.Markdown(elem_id="run-result")
-    generations = gr.HTML(elem_id="run-generations")
+                spec = RUN_FIGURES[name]
+                with gr.Column(min_width=PANEL_MIN_WIDTH, visible=shown[name]) as parts[f"panel:{name}"]:
+                    parts[name] = gr.Plot(views.figure(idle, name), show_label=False, elem_id=f"run-{name}")
+                    if spec.explained_by:
+                        howto.accordion(gr, "run", Plot(spec.explained_by))
+                    if spec.export:
+                        with gr.Column(visible=False) as parts[f"export:{name}"]:
+                            export_button(gr, parts[name], name)
+    warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False, elem_id="run-warnings",
+                          visible=False)
+    result = gr.Markdown(elem_id="run-result", visible=False)
+    generations = gr.HTML(elem_id="run-generations", visible=False)
     files = gr.File(label="Downloads: result JSON, masks, pruned checkpoint", file_count="multiple",
-                    interactive=False, elem_id="run-files")
-    return {"status": status, **plots, "warnings": warnings, "result": result, "generations": generations,
-            "files": files}
+                    interactive=False, elem_id="run-files", visible=False)
+    outputs = {"status": status, "card": card, **parts, "warnings": warnings, "result": result,
+               "generations": generations, "files": files}
+    targets = {key: [f"panel:{key}"] if key in RUN_FIGURES else [key] for key in shown}
+    targets["exports"] = [name for name in outputs if name.startswith("export:")]
+    return outputs, targets
+
+
+def with_visibility(update: dict[str, Any], visible: dict[str, bool], shown: dict[str, bool],
+                    targets: dict[str, list[str]], gr: Any) -> dict[str, Any]:
+    """``update`` with the visibility changes of ``visible`` (against ``shown``, updated in place) as gr.update."""
+    for key, show in visible.items():
+        if shown.get(key) == show:
+            continue
+        shown[key] = show
+        for name in targets.get(key, [key]):
+            update[name] = gr.update(value=update[name], visible=show) if name in update else gr.update(visible=show)
+    return update
 
 
 def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[str, Any]:
@@ -309,7 +337,7 @@ def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[s
         with gr.Column(scale=1, min_width=340):
             form = _form(gr, default_model, methods, runs_dir, history)
         with gr.Column(scale=3):
-            outputs = _outputs(gr)
+            outputs, shows = _outputs(gr)
     targets = {**outputs, "history": history}
 
     # gr is the gradio module, passed in (not a type to pyright); Gradio reads this annotation
@@ -317,14 +345,7 @@ def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[s
         past = list(data[history] or [])
         shown: dict[str, bool] = {}
         for update in run_stream(form.read(data), runs_dir=runs_dir, session=session_of(request)):
-            notice = update.pop("notice", None)
-            if notice:
-                gr.Warning(notice)
-            for name, show in update.pop("visible", {}).items():  # only a change of visibility travels
-                if shown.get(name) != show or name in update:
-                    update[name] = gr.update(value=update[name], visible=show) if name in update else \
-                        gr.update(visible=show)
-                    shown[name] = show
+            with_visibility(update, update.pop("visible", {}), shown, shows, gr)  # only a change travels
             run_id = update.pop("run_id", None)
             if run_id:
                 past.append(run_id)

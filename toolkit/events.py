@@ -168,7 +168,8 @@ class RunFinished(Event):
     :mod:`toolkit.run.accounting`; None/nan in schema-1 runs): decoder-layer linear weights before and
     after (structural), weights kept by the masks, storage bits per weight of those linears (scales
     counted, dense ones at their dtype), the model's estimated bytes when stored compressed, and
-    the bytes of the saved checkpoint on disk (None without ``--save-model``).
+    the bytes of the saved checkpoint on disk (None without ``--save-model``). ``bought``: what the
+    compression bought, as result.json's ``bought`` section (:mod:`toolkit.run.bought`; None in older runs).
     """
 
     kind: ClassVar[str] = "RunFinished"
@@ -184,6 +185,7 @@ class RunFinished(Event):
     checkpoint_bytes: int | None = None
     devices: str = ""  # which device(s) ran: "cpu", "cuda:0", "2 ranks × cpu (gloo)" ("" in older runs)
     gpu_peak_mb: float = math.nan  # torch.cuda.max_memory_allocated over the GPUs that ran; nan: no GPU
+    bought: dict[str, Any] | None = None  # kept weights, bytes as stored, tokens/s where the model shrank
 
 
 @dataclass(frozen=True, slots=True)

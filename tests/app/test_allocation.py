@@ -67,25 +67,28 @@ def test_custom_table_is_the_ratio_file_the_cli_takes(tmp_path: Path) -> None:
 
 BAD_TOTAL = ("the custom ratios table: the ratios give a total sparsity of 0.7000 (weighted by each layer's "
              "weights), --sparsity is 0.6000: they differ by +0.1000")
+BAD_TOTAL_ON_THE_PAGE = BAD_TOTAL.replace("--sparsity is 0.6000", '"Sparsity (%)" is 60 %')
 
 
 @pytest.mark.parametrize(("fields", "message"), [
     ({"pattern": "n:m", "allocation": choose(choice="OWL")}, "2:4 fixes the count of every group of weights"),
     ({"method": "flap", "pattern": "structured", "percent": 20, "allocation": choose(choice="OWL")},
-     "flap plans its own per-layer removal: drop --allocation"),
+     'flap plans its own per-layer removal: drop "Layer allocation"'),
     ({"method": "rtn", "pattern": "none", "quant": "int4", "allocation": choose(choice="OWL")},
      "there is no sparsity (quantize only)"),
-    ({"percent": 60, "allocation": choose(choice="custom", table=[[0, 0.78, 36864], [1, 0.62, 36864]])}, BAD_TOTAL),
+    ({"percent": 60, "allocation": choose(choice="custom", table=[[0, 0.78, 36864], [1, 0.62, 36864]])},
+     BAD_TOTAL_ON_THE_PAGE),
     ({"allocation": choose(choice="custom", table=[])}, "the custom ratios table is empty"),
     ({"allocation": choose(choice="custom", table=[[0, "most", None]])}, "layer 0's sparsity must be a number"),
     ({"allocation": choose(choice="OWL", owl_lambda=0.7)}, "λ must be in [0, 0.5)"),
     ({"allocation": choose(refine="DSnoT", cycles=0)}, "DSnoT cycles must be a whole number ≥ 1"),
-    ({"method": "awp", "quant": "int4", "allocation": choose(refine="DSnoT")}, "with --quant the codes"),
+    ({"method": "awp", "quant": "int4", "allocation": choose(refine="DSnoT")}, 'with "Quantization" the codes'),
 ])
 def test_bad_choices_are_one_line_in_the_status(tmp_path: Path, fields: dict, message: str) -> None:
     (update,) = list(run_stream(settings(**fields), runs_dir=str(tmp_path), session="alloc-bad"))
-    assert update["status"].startswith("**⚠") and message in update["status"] and update["notice"]
-    assert "\n" not in update["notice"] and not list(tmp_path.iterdir())  # nothing run, no ratio file written
+    assert update["status"].startswith("**⚠") and message in update["status"] and "notice" not in update
+    assert "\n" not in update["status"] and "--" not in update["status"]  # one line, in the page's words
+    assert not list(tmp_path.iterdir())  # nothing run, no ratio file written
 
 
 # -- the custom table's handlers -------------------------------------------------------------------

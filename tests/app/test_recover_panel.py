@@ -30,6 +30,8 @@ def test_recover_streams_the_loss_and_ends_with_before_and_after(store: Path, pa
     assert "| perplexity (wiki) |" in final["result"] and f"parent `{parent.name}`" in final["result"]
     assert list(final["loss"].data[0].x) == [1, 2, 3] and "→" in final["loss"].layout.title.text
     assert "notice" not in final
+    for update in updates:  # never the picker's hint: a started recovery says that it is starting
+        assert "Pick a finished run" not in update["status"] and not update["status"].startswith("** "), update
     child = [r for r in list_runs(store) if r.config.get("method") == "recover"]
     assert len(child) == 1 and child[0].status == "finished"
 
@@ -41,14 +43,15 @@ def test_recover_streams_the_loss_and_ends_with_before_and_after(store: Path, pa
 ])
 def test_bad_input_is_a_message_before_any_work(store: Path, run_id: str, steps: object, message: str) -> None:
     (update,) = recover_stream(run_id, steps, runs_dir=str(store), session="panel-bad")
-    assert message in update["status"] and message in update["notice"]
+    assert message in update["status"] and update["status"].startswith("**⚠") and "notice" not in update
     assert len(list_runs(store)) == 1
 
 
 def test_a_run_without_a_model_is_refused_with_what_to_do(store: Path, parent: Path) -> None:
     shutil.rmtree(store / parent.name / "model")
     final = list(recover_stream(parent.name, 3, runs_dir=str(store), session="panel-nomodel"))[-1]
-    assert "re-run prune with --save-model" in final["notice"] and "⚠" in final["status"]
+    assert 'run again with "Save the pruned checkpoint" ticked' in final["status"] and "⚠" in final["status"]
+    assert "--save-model" not in final["status"] and "notice" not in final  # the page's words, one message
 
 
 def test_cancel_stops_the_recovery_and_marks_the_new_run(store: Path, parent: Path) -> None:

@@ -153,6 +153,8 @@ def summary(result: dict[str, Any], not_saved: str = "") -> None:
     on_disk = f"  checkpoint {acct['checkpoint_bytes'] / 2**20:.2f} MiB on disk" if acct["checkpoint_bytes"] else ""
     print(f"linear weights {acct['params_before']:,} → {acct['params_after']:,}  kept {acct['nonzeros_kept']:,}  "
           f"{acct['bits_per_weight']:.3f} bits/weight  estimated {acct['estimated_bytes'] / 2**20:.2f} MiB{on_disk}")
+    if result.get("bought"):
+        print(bought_line(result["bought"]))
     checkpoint_summary(result.get("checkpoint"))
     precision_summary(result)
     for line in plan_lines(result):
@@ -163,6 +165,21 @@ def summary(result: dict[str, Any], not_saved: str = "") -> None:
         print(f"pruned ppl ({name}): {value:.3f}")
     print(saved_line(result.get("checkpoint"), not_saved))
     print(f"run record: {result['run_dir']}")
+
+
+def bought_line(bought: dict[str, Any]) -> str:
+    """What the compression bought (result.json ``bought``): weights kept, bytes as saved, decode speed."""
+    how = "measured" if bought["bytes_measured"] else "computed"
+    line = (f"bought: {bought['kept_weights']:,} of {bought['params_before']:,} weights kept  stored "
+            f"{bought['stored_as']} {bought['bytes_stored'] / 2**20:.2f} MiB ({how}) vs dense "
+            f"{bought['bytes_dense'] / 2**20:.2f} MiB")
+    if not bought["smaller_as_saved"]:
+        line += ": not smaller as saved (pruned weights are stored as zeros in a dense checkpoint)"
+    speed = bought.get("speed")
+    if speed:
+        line += (f"  decode {speed['dense_tokens_per_s']:.1f} → {speed['tokens_per_s']:.1f} tokens/s "
+                 f"({speed['device']}, batch {speed['batch']}, {speed['new_tokens']} new tokens)")
+    return line
 
 
 def plan_lines(result: dict[str, Any]) -> list[str]:

@@ -31,7 +31,9 @@ class RunFigure:
     panel row it sits in (rows and the figures in them keep the registry's order). ``reads``: the
     :attr:`RunView.revision` sections whose change redraws it (empty: its own name). ``explained_by``:
     the key of its "How to read this" text in the app (empty: none). ``export``: an export button
-    under its row. ``hidden_until_drawn``: shown only once the run fills it (the solver panels).
+    under it once the run finished. ``hidden_until_drawn``: shown only while ``drawn(view)`` holds,
+    i.e. once the run fills it (the solver panels, a structured run's ranking and kept units), so a
+    page shows the panels of the method that runs and no others.
     """
 
     name: str
@@ -41,6 +43,7 @@ class RunFigure:
     explained_by: str = ""
     export: bool = False
     hidden_until_drawn: bool = False
+    drawn: Callable[[RunView], bool] = lambda view: True
 
 
 def solver_figures(view: RunView) -> dict[str, Any]:
@@ -60,32 +63,49 @@ def _solver(view: RunView, key: str) -> Any:
     return solver_figures(view)["solver"]
 
 
+def _traced(view: RunView) -> bool:
+    """A solver trace to draw: FISTAPruner's or AWP's steps, Thanos' blocks, a structured run's Newton steps."""
+    return bool(view.solver.steps or view.blocks.steps or view.structure.newton)
+
+
+def _lambda_traced(view: RunView) -> bool:
+    """FISTAPruner's λ bisection, or AWP's projection trace."""
+    return bool(view.lambdas.steps) or viz_quant.has_projection_trace(view.solver.steps)
+
+
 STRUCTURE_ROW = "structure"  # heads and channels a block-scope run removed (the widgets show it for those runs only)
 ALLOCATION_ROW = "allocation"  # each layer's sparsity (uniform, OWL, a ratio file) and DSnoT's refinement
+# The solver panels sit in the heat-map's row, after it: a FISTAPruner run shows heat-map, convergence and λ
+# side by side (the layer error wraps below them); without a solver trace they are hidden and the layer error
+# takes their place beside the heat-map.
 RUN_FIGURES: dict[str, RunFigure] = {f.name: f for f in (
     RunFigure("heatmap", lambda view, key: viz.error_heatmap(view.pruned, num_layers=view.num_layers,
                                                              linears=view.linears, revision=key),
               row="errors", explained_by="heatmap", export=True),
+    RunFigure("solver", _solver, row="errors", explained_by="convergence", hidden_until_drawn=True, drawn=_traced),
+    RunFigure("lambda", lambda view, key: solver_figures(view)["lambda"], row="errors", explained_by="lambda",
+              hidden_until_drawn=True, drawn=_lambda_traced),
     RunFigure("layers", lambda view, key: viz.layer_error_figure(view.layers_done, num_layers=view.num_layers,
                                                                 revision=key,
                                                                 height=viz.heatmap_height(view.num_layers)),
               row="errors", explained_by="layers"),
     RunFigure("allocation", lambda view, key: viz_allocation.allocation_view_figure(view.allocation, revision=key),
-              row=ALLOCATION_ROW, reads=("allocation",), explained_by="allocation", export=True),
+              row=ALLOCATION_ROW, reads=("allocation",), explained_by="allocation", export=True,
+              hidden_until_drawn=True, drawn=lambda view: view.allocation.applies),
     RunFigure("refine", lambda view, key: viz_allocation.refine_figure(view.allocation.refined, revision=key),
-              row=ALLOCATION_ROW, reads=("refine",), explained_by="refine", hidden_until_drawn=True),
-    RunFigure("solver", _solver, row="solver", explained_by="convergence", hidden_until_drawn=True),
-    RunFigure("lambda", lambda view, key: solver_figures(view)["lambda"], row="solver", explained_by="lambda",
-              hidden_until_drawn=True),
+              row=ALLOCATION_ROW, reads=("refine",), explained_by="refine", hidden_until_drawn=True,
+              drawn=lambda view: bool(view.allocation.refined)),
     RunFigure("ranking", lambda view, key: viz_structure.ranking_figure(view.structure.ranking, revision=key),
-              row=STRUCTURE_ROW, explained_by="ranking"),
+              row=STRUCTURE_ROW, explained_by="ranking", hidden_until_drawn=True,
+              drawn=lambda view: view.structure.ranking is not None),
     RunFigure("kept", lambda view, key: viz_structure.kept_map_figure(view.structure.kept, revision=key),
-              row=STRUCTURE_ROW, explained_by="kept"),
+              row=STRUCTURE_ROW, explained_by="kept", hidden_until_drawn=True,
+              drawn=lambda view: bool(view.structure.kept)),
 )}
 FIGURES = tuple(RUN_FIGURES)
 ROWS: dict[str, tuple[str, ...]] = {row: tuple(f.name for f in RUN_FIGURES.values() if f.row == row)
                                     for row in dict.fromkeys(f.row for f in RUN_FIGURES.values())}
-SOLVER_PANELS = ROWS["solver"]
+SOLVER_PANELS = ("solver", "lambda")  # drawn from one snapshot, always together
 
 
 def revision(view: RunView, name: str) -> int:

@@ -104,6 +104,7 @@ class RunView:
     params: tuple[Any, Any] = (None, None)  # decoder-layer linear weights (before, after); None: not recorded
     estimated_bytes: Any = None
     checkpoint_bytes: Any = None
+    bought: dict[str, Any] | None = None  # result.json's "bought" (toolkit/run/bought.py); None in older runs
     prune_seconds: float = math.nan
     error: str = ""
     started_at: float = math.nan  # consumer clock at RunStarted
@@ -283,6 +284,7 @@ def _on_finished(view: RunView, event: RunFinished, now: float) -> None:
     view.bits_per_weight = _num(event.bits_per_weight)
     view.params = (event.params_before, event.params_after)
     view.estimated_bytes, view.checkpoint_bytes = event.estimated_bytes, event.checkpoint_bytes
+    view.bought = dict(event.bought) if isinstance(event.bought, dict) else None
     view.prune_seconds = _num(event.prune_seconds)
     view.devices, view.gpu_peak_mb = event.devices, _num(event.gpu_peak_mb)
     view.ppl.update({k: _num(v) for k, v in dict(event.ppl).items()})

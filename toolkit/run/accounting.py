@@ -89,6 +89,11 @@ def account(
     )
 
 
+def dense_bytes(model: nn.Module) -> int:
+    """Bytes of the model's parameters stored dense, each in its dtype (tied ones once; buffers left out)."""
+    return _estimated_bytes(model, {})
+
+
 def _estimated_bytes(model: nn.Module, linear_bits: Mapping[int, float]) -> int:
     seen: set[int] = set()
     total = 0.0

@@ -33,6 +33,7 @@ from toolkit.models.shrunk import save_shrunk
 from toolkit.models.sources import is_shrunk
 from toolkit.models.stream import StreamedModel, open_streamed
 from toolkit.run.accounting import account, folder_bytes, linear_shapes
+from toolkit.run.bought import bought, dense_price
 from toolkit.run.checks import check_context
 from toolkit.run.config import CancelToken, RunConfig
 from toolkit.run.evals import (
@@ -212,6 +213,7 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
     stage.name = "dense evaluation"
     dense_ppl, dense_cached = _dense_eval(config, run, record, ticks)
     dense = _dense_extras(config, run, record, ticks)
+    price = dense_price(model, run.device, run.calibration[0], shrinks=run.spec.scope is Scope.BLOCK)  # before pruning
     stage.name = "compression"
     before = linear_shapes(model)
     devices = used_devices(run.device, run.engine_cfg, config.propagate or run.spec.propagate)
@@ -245,7 +247,8 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
     ppl: dict[str, float] = {}  # the summary holds this dict: filled below, after result.json was written
     summary = result_record(config, run, result, accounting, ppl, dense_ppl)
     summary.update(dense_ppl_cached=dense_cached, run_id=writer.run_id, run_dir=str(writer.path), checkpoint=checkpoint,
-                   gpu_peak_mb=peak,
+                   gpu_peak_mb=peak, bought=bought(price, model, run.device, accounting, checkpoint,
+                                                   quantized=config.quant is not None),
                    devices=devices_label(run.device, run.engine_cfg, config.propagate or run.spec.propagate))
     writer.write_result(summary)
     stage.name = "evaluation"
@@ -265,7 +268,7 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
                        params_after=accounting.params_after, nonzeros_kept=accounting.nonzeros_kept,
                        bits_per_weight=accounting.bits_per_weight, estimated_bytes=accounting.estimated_bytes,
                        checkpoint_bytes=accounting.checkpoint_bytes, devices=summary["devices"],
-                       gpu_peak_mb=math.nan if peak is None else peak))
+                       gpu_peak_mb=math.nan if peak is None else peak, bought=summary["bought"]))
     summary["peak_rss_mb"] = peak_rss_mb()  # evaluation included
     writer.finish(summary)
     return summary

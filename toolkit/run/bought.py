@@ -1,0 +1,90 @@
+"""What a compression bought: kept weights, the bytes the model takes as the run saves it, decode speed.
+
+result.json's ``bought`` section, also carried on :class:`~toolkit.events.RunFinished` (plain data):
+
+- ``kept_weights``: weights of the decoder-layer linears the keep-masks kept; ``params_before`` /
+  ``params_after``: those linears' weights before and after (:mod:`toolkit.run.accounting`);
+- ``stored_as``: how the run saves the model (``--save-model``): ``"dense"`` (every weight, pruned
+  ones as zeros, in the model's dtype), ``"pack-quantized"`` (compressed-tensors codes, scales and
+  zero points), ``"shrunk"`` (smaller matrices after heads or channels were removed) or
+  ``"shrunk+pack-quantized"``;
+- ``bytes_dense``: the source model's parameters stored dense in their dtype (counted before the
+  compression); ``bytes_stored``: the compressed model as the run saves it, the measured size of
+  the saved folder when it was saved (``bytes_measured``), else computed the same way as
+  ``bytes_dense`` with quantized linears at their bits per weight;
+- ``smaller_as_saved``: False for a pruned model stored dense (its zeros take as many bytes as the
+  weights did), else whether ``bytes_stored`` < ``bytes_dense``;
+- ``speed``: greedy decode tokens/s at batch 1 of the dense and the compressed model
+  (:mod:`toolkit.evaluation.speed`), measured only where the model shrank; None elsewhere.
+
+:func:`dense_price` runs before the compression (it measures the dense model), :func:`bought`
+after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from toolkit.evaluation.speed import BATCH, NEW_TOKENS, PROMPT_TOKENS, decode_tokens_per_s
+from toolkit.run.accounting import Accounting, dense_bytes
+
+STORED_AS = ("dense", "pack-quantized", "shrunk", "shrunk+pack-quantized")
+
+
+@dataclass(frozen=True)
+class DensePrice:
+    """The dense model's bytes and, when the compression will shrink it, its decode speed and the prompt used."""
+
+    bytes_dense: int
+    tokens_per_s: float | None = None
+    prompt: list[int] = field(default_factory=list)
+
+
+def dense_price(model: nn.Module, device: torch.device, prompt: torch.Tensor, *, shrinks: bool) -> DensePrice:
+    """Measure the dense ``model`` before it is compressed: its bytes, and its decode speed when ``shrinks``.
+
+    ``prompt`` is one window of token ids (its first :data:`~toolkit.evaluation.speed.PROMPT_TOKENS`
+    are the speed prompt); ``shrinks``: the method removes units (block scope), so the shrunk model's
+    speed will be measured against this one.
+    """
+    size = dense_bytes(model)
+    if not shrinks:
+        return DensePrice(size)
+    ids = [int(i) for i in prompt.reshape(-1)[:PROMPT_TOKENS].tolist()]
+    return DensePrice(size, decode_tokens_per_s(model, ids, device), ids)
+
+
+def stored_as(accounting: Accounting, quantized: bool) -> str:
+    """How the run saves the model (one of :data:`STORED_AS`), from its shapes and whether it quantized."""
+    shrunk = accounting.params_after < accounting.params_before
+    if quantized:
+        return "shrunk+pack-quantized" if shrunk else "pack-quantized"
+    return "shrunk" if shrunk else "dense"
+
+
+def bought(price: DensePrice, model: nn.Module, device: torch.device, accounting: Accounting,
+           checkpoint: Mapping[str, Any] | None, *, quantized: bool) -> dict[str, Any]:
+    """The ``bought`` record of a compressed ``model`` (see the module docstring).
+
+    ``checkpoint`` is the saved checkpoint's report (its ``bytes`` measured on disk), None when the
+    run saved none; ``quantized``: the run stored quantization states (a checkpoint saved in the
+    ``dense`` format holds them dequantized). Measures the compressed model's decode speed when the
+    dense one was measured and the model shrank.
+    """
+    kind = stored_as(accounting, quantized and (checkpoint is None or checkpoint.get("format") != "dense"))
+    measured = checkpoint is not None and checkpoint.get("bytes") is not None
+    stored = int(checkpoint["bytes"]) if checkpoint is not None and measured else int(accounting.estimated_bytes)
+    speed = None
+    if price.tokens_per_s is not None and kind.startswith("shrunk"):
+        speed = {"device": str(device), "batch": BATCH, "new_tokens": NEW_TOKENS,
+                 "dense_tokens_per_s": price.tokens_per_s,
+                 "tokens_per_s": decode_tokens_per_s(model, price.prompt, device)}
+    return {"kept_weights": int(accounting.nonzeros_kept), "params_before": int(accounting.params_before),
+            "params_after": int(accounting.params_after), "stored_as": kind, "bytes_dense": int(price.bytes_dense),
+            "bytes_stored": stored, "bytes_measured": bool(measured),
+            "smaller_as_saved": kind != "dense" and stored < price.bytes_dense, "speed": speed}
