@@ -13,6 +13,7 @@ engine, a run, the models or a surface.
 from __future__ import annotations
 
 from toolkit.methods import (
+    alps,
     awp,
     awq,
     fista,
@@ -35,6 +36,7 @@ METHODS: dict[str, MethodSpec] = build_registry(
         wanda.SPEC,
         sparsegpt.SPEC,
         fista.SPEC,
+        alps.SPEC,
         thanos.SPEC,
         rtn.SPEC,
         gptq.SPEC,
