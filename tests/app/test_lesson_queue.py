@@ -14,7 +14,7 @@ from app.jobs import device_queue
 from app.lesson_tab import lesson_stream
 from app.run_tab import run_stream
 from tests.helpers.gate import Gate
-from tests.helpers.synthetic_runs import write_run
+from tests.teach.test_lesson import stored_lesson_run
 from toolkit.api import CancelToken, device_slot
 from toolkit.store.runs import list_runs
 from toolkit.teach import lesson
@@ -87,7 +87,7 @@ def test_the_lesson_prunes_only_after_the_run_holding_the_device_ends(tmp_path: 
         started_after_run: list[bool] = []
         updates = []
         for update in stream:
-            if update.get("status", "").startswith("Running magnitude (1 of 2") and not started_after_run:
+            if update.get("status", "").startswith("**▶ magnitude (1 of 2 to run)") and not started_after_run:
                 started_after_run.append([r.status for r in list_runs(run_dir)] == ["finished"])
             updates.append(update)
     finally:
@@ -103,6 +103,6 @@ def test_the_lesson_prunes_only_after_the_run_holding_the_device_ends(tmp_path: 
 def test_runs_whose_masks_cannot_be_compared_end_in_one_error_line(tmp_path: Path, two_methods: tuple) -> None:
     shapes = ({"mlp.down_proj": (16, 8)}, {"mlp.down_proj": (8, 16)})
     for config, shape in zip(lesson.lesson_configs("tiny-llama", str(tmp_path), lesson.METHODS), shapes, strict=True):
-        write_run(tmp_path, config.to_dict(), shapes=shape)
+        stored_lesson_run(tmp_path, config.to_dict(), shapes=shape)
     *_, last = lesson_stream("tiny-llama", str(tmp_path))
     assert last["status"].startswith("**⚠ error:** masks have different shapes") and "walkthrough" not in last

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.browser_app import browser, chromium_path, open_page, serve, wait_for_text
-from tests.helpers.synthetic_runs import write_run
+from tests.teach.test_lesson import stored_lesson_run
 from toolkit.teach import lesson
 
 pytestmark = [pytest.mark.browser,
@@ -22,7 +22,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run store holding a finished run for each lesson config (matched by model, method, sparsity, protocol)."""
     root = tmp_path_factory.mktemp("lesson-runs")
     for index, config in enumerate(lesson.lesson_configs("tiny-llama", str(root))):
-        write_run(root, config.to_dict(), seed=index, ppl=PPL[config.method])
+        stored_lesson_run(root, config.to_dict(), seed=index, ppl=PPL[config.method])
     return root
 
 

@@ -1,15 +1,31 @@
-"""The Lesson: plan (reuse + time estimate), running only what is missing, and what it draws (tiny models)."""
+"""The Lesson: plan (reuse, generations), running only what is missing, and what it draws (tiny models)."""
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from app.lesson_tab import lesson_stream, plan_markdown
 from tests.helpers.synthetic_runs import write_run
 from toolkit.events import LambdaStep, LayerDone
-from toolkit.store.runs import list_runs, open_run
+from toolkit.store.runs import open_run
 from toolkit.teach import lesson
 from toolkit.teach.lesson_view import LessonMaterial, MethodMaterial, chance_iou, walkthrough
+
+TINY_SHAPES = {"self_attn.q_proj": (64, 64), "mlp.down_proj": (64, 128)}  # two of tiny-llama's linears
+
+
+def stored_lesson_run(root: Path, config: dict[str, Any], *, seed: int = 0, ppl: float = 25.0,
+                      texts: bool = True, shapes: dict[str, tuple[int, int]] | None = None) -> Path:
+    """A finished synthetic run of a lesson config, with the pruned model's generations unless ``texts`` is False."""
+    path = write_run(root, config, seed=seed, ppl=ppl, shapes=shapes or TINY_SHAPES)
+    if texts:
+        result = json.loads((path / "result.json").read_text(encoding="utf-8"))
+        result["generations"] = {"max_new_tokens": 32, "decoding": "greedy", "records": [
+            {"prompt": "The capital of France is", "dense": " Paris.", "pruned": f" a city ({config['method']})."}]}
+        (path / "result.json").write_text(json.dumps(result), encoding="utf-8")
+    return path
 
 
 @pytest.fixture
@@ -19,19 +35,44 @@ def two_methods(monkeypatch: pytest.MonkeyPatch) -> tuple[str, ...]:
     return methods
 
 
-def test_an_empty_store_plans_every_run_with_the_stated_estimate(tmp_path: Path, two_methods):
+def test_an_empty_store_plans_every_run_with_the_reference_estimate(tmp_path: Path, two_methods):
     plan = lesson.plan_lesson("tiny-llama", str(tmp_path), lesson.METHODS)
     assert [c.method for c in plan.to_run] == list(two_methods)
-    assert plan.total_seconds == lesson.STATED_SECONDS["magnitude"] + lesson.STATED_SECONDS["wanda"]
+    ref = lesson.REFERENCE
+    per_run = ref.load + 2 * ref.prompts * ref.prompt + ref.capture + ref.finish + 8 * ref.window  # 8 windows pruned
+    expected = 2 * per_run + 8 * ref.window + ref.layers * (ref.layer["magnitude"] + ref.layer["wanda"])
+    assert plan.total_seconds == pytest.approx(expected)
     text = plan_markdown("tiny-llama", str(tmp_path))
-    assert "To run: magnitude ≈ 2 min, Wanda ≈ 8 min; about **10 min** in all" in text
+    assert f"To run: magnitude, Wanda; about **{lesson.format_duration(expected)}** by the reference pace" in text
+    assert "16 × 128 calibration tokens, 8 evaluation windows of 128 tokens" in text
+    assert "FISTAPruner with at most 2 λ rounds of 10 iterations" in text
     assert "Reused" not in text
 
 
-def test_the_estimate_scales_a_stored_run_of_the_method(tmp_path: Path):
-    write_run(tmp_path, {"model": "tiny-llama", "method": "wanda", "sparsity": "50%", "nsamples": 4, "seqlen": 64})
-    config = lesson.lesson_configs("tiny-llama", str(tmp_path), ("wanda",))[0]  # 8 × 128: 4× the tokens
-    assert lesson.estimate_seconds(config, list_runs(tmp_path)) == pytest.approx(1.5 * 4 + lesson.OVERHEAD_SECONDS)
+def test_the_class_configs_carry_fistas_budget_and_the_class_protocol(tmp_path: Path):
+    configs = {c.method: c for c in lesson.lesson_configs("tiny-llama", str(tmp_path))}
+    assert configs["fista"].options == lesson.OPTIONS["fista"] and configs["wanda"].options == {}
+    assert all((c.nsamples * c.seqlen, c.eval_windows, c.generate, c.eval_dense) == (2048, 8, True, True)
+               for c in configs.values())
+
+
+def test_a_stored_run_without_generations_is_run_again_and_one_with_them_is_reused(tmp_path: Path, two_methods):
+    configs = lesson.lesson_configs("tiny-llama", str(tmp_path))
+    bare = stored_lesson_run(tmp_path, configs[0].to_dict(), texts=False)
+    texts = stored_lesson_run(tmp_path, configs[1].to_dict(), seed=1)
+    plan = lesson.plan_lesson("tiny-llama", str(tmp_path), lesson.METHODS)
+    assert [c.method for c in plan.to_run] == ["magnitude"] and plan.without_texts == {"magnitude": bare.name}
+    assert plan.stored["wanda"] is not None and plan.stored["wanda"].run_id == texts.name
+    text = lesson.plan_text(plan)
+    assert f"Stored without generations, so run again: magnitude (`{bare.name}`)" in text
+    assert f"Reused from the run store: Wanda (`{texts.name}`)" in text
+
+    updates = list(lesson_stream("tiny-llama", str(tmp_path)))
+    assert updates[-1]["status"].startswith("**✓ lesson ready**")
+    table = updates[-1]["generations"]
+    assert "(not stored)" not in table and "a city (wanda)." in table  # the reused run's text, and the new run's
+    again = lesson.plan_lesson("tiny-llama", str(tmp_path), lesson.METHODS)
+    assert not again.to_run and again.stored["magnitude"] is not None and again.stored["magnitude"].run_id != bare.name
 
 
 def test_a_model_that_cannot_load_ends_in_one_error_line_naming_it(tmp_path: Path, two_methods):
@@ -43,7 +84,8 @@ def test_a_model_that_cannot_load_ends_in_one_error_line_naming_it(tmp_path: Pat
 def test_the_lesson_runs_what_is_missing_then_reuses_it(tmp_path: Path, two_methods):
     updates = list(lesson_stream("tiny-llama", str(tmp_path)))
     assert "To run: magnitude" in updates[0]["plan"]
-    assert any("Running Wanda (2 of 2 to run): layer" in u.get("status", "") for u in updates)
+    assert any("Wanda (2 of 2 to run) · pruning layer" in u.get("status", "") and "left" in u["status"]
+               for u in updates)
     final = updates[-1]
     assert final["status"].startswith("**✓ lesson ready**") and "2 runs" in final["status"]
     (bars, dense) = final["ppl"].data
@@ -86,7 +128,7 @@ def test_the_benchmark_times_the_reuse_path_and_refuses_an_incomplete_store(tmp_
     assert main(["--runs", str(tmp_path), "--model", "tiny-llama"]) == 2
     assert "lacks the lesson runs of magnitude, wanda, sparsegpt, fista" in capsys.readouterr().err
     for index, config in enumerate(lesson.lesson_configs("tiny-llama", str(tmp_path))):
-        write_run(tmp_path, config.to_dict(), seed=index)
+        stored_lesson_run(tmp_path, config.to_dict(), seed=index)
     assert main(["--runs", str(tmp_path), "--model", "tiny-llama"]) == 0
     line = json.loads(capsys.readouterr().out)
     assert set(line["reused"]) == set(lesson.METHODS) and 0 < line["seconds"] < 30

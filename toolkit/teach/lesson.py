@@ -1,94 +1,114 @@
 """The Lesson: four pruning methods at 50% on one model, run once (or taken from the run store) and set side by side.
 
 :func:`lesson_configs` builds one :class:`~toolkit.api.RunConfig` per method of :data:`METHODS` under
-the quick protocol (8 × 128 calibration tokens, 16 evaluation windows of 128 tokens, dense
-perplexity and greedy generations). :func:`plan_lesson` looks each one up in the store, matched by
-model + method + sparsity + protocol (:meth:`RunConfig.reuse_key`), and estimates the time the
-missing ones will take (:func:`estimate_seconds`); :func:`run_lesson` runs only those.
-:func:`toolkit.teach.lesson_view.lesson_material` then reads the four runs back for the figures.
+the class protocol (:data:`toolkit.run.protocols.CLASS`: 16 × 128 calibration tokens, 8 evaluation
+windows of 128 tokens), with dense perplexity and greedy generations, the layer output error on
+:data:`ERROR_WINDOWS` calibration windows, :data:`THREADS` CPU thread and FISTAPruner's class budget
+(:data:`OPTIONS`). :func:`plan_lesson` looks each one up in the store, matched by model + method +
+sparsity + protocol + options (:meth:`RunConfig.reuse_key`); a stored run without generations is
+not reused (a run keeps its masks, not its weights, so its texts cannot be made afterwards: it is
+run again). :func:`run_lesson` runs the missing ones; :class:`~toolkit.teach.lesson_clock.LessonClock`
+says how long they will take, from :data:`REFERENCE` scaled by the pace measured as they run.
 
 It goes through :mod:`toolkit.api` only, as the app does.
 """
 
 from __future__ import annotations
 
-import math
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from toolkit.api import CancelToken, RunConfig, find_finished, list_runs
-from toolkit.events import Event
+from toolkit.api import CancelToken, RunConfig, list_runs, run
+from toolkit.errors import ToolkitError
+from toolkit.events import Event, RunFailed, RunFinished, RunStarted
+from toolkit.run.protocols import CLASS
 from toolkit.spec.targets import Unstructured
 from toolkit.store.runs import RunRecord
-from toolkit.sweep import SweepPoint, run_sweep
+from toolkit.teach.lesson_clock import LessonClock, Profile
 from toolkit.teach.lesson_view import LABELS
 
 METHODS = ("magnitude", "wanda", "sparsegpt", "fista")
 SPARSITY = 0.5
-# Wall seconds of one quick-protocol run of the embedded model on 1 CPU thread (load, calibration, pruning,
-# dense and pruned perplexity, generations), measured once with `python -m toolkit prune ... --threads 1` on a
-# 2-core machine shared with other jobs (magnitude 106 s, Wanda 496 s, SparseGPT 355 s, FISTAPruner 2468 s);
-# used when the store holds no run of the method.
-STATED_SECONDS = {"magnitude": 110.0, "wanda": 500.0, "sparsegpt": 360.0, "fista": 2470.0}
-OVERHEAD_SECONDS = 80.0  # the part of the magnitude run that was not pruning (load, evaluation, generations)
-UNKNOWN_SECONDS = 300.0  # a method outside STATED_SECONDS with no stored run
+ERROR_WINDOWS = 2  # calibration windows behind each layer's output error (the CLI's default is 4)
+# One CPU thread: on the shared 2-core machine a magnitude run of the class protocol pruned a layer in 1.1-1.4 s
+# with 1 thread and 7-11 s with torch's default 2 (load average 17, the same hour), and generated a prompt in
+# 5-6 s against 22-33 s: two threads spin against each other whenever another job holds a core.
+THREADS = 1
+# FISTAPruner's class budget: at most 2 outer rounds (λ bisection steps) of 10 FISTA iterations, L by power
+# iteration, a solver trace point every 5 iterations; the paper's (and the CLI's) are 5 rounds of 20, eigvalsh,
+# every iteration. Its warm start is SparseGPT's mask, and a round only replaces it when it lowers the error.
+OPTIONS = {"fista": {"max_rounds": 2, "fista_iters": 10, "lipschitz": "power", "trace_every": 5}}
+# Reference seconds per unit of work of the class lesson on smollm2-135m (toolkit.teach.lesson_clock); only their
+# ratios matter: the clock scales them by the pace it measures. Measured on this project's shared 2-core CPU (1 thread,
+# load average 17-20) with single runs of the class protocol: magnitude (load 10 s, a prompt 5.5 s, a perplexity
+# window 1.8 s, a layer 1.2 s) and the first layers of FISTAPruner (15 s a layer); Wanda and SparseGPT placed between
+# (their layers compute what magnitude's do plus the input norms, or a Gram and its Cholesky factor).
+REFERENCE = Profile(load=10.0, window=1.8, prompt=5.5, capture=0.5, finish=0.3,
+                    layer={"magnitude": 1.2, "wanda": 1.5, "sparsegpt": 2.5, "fista": 15.0}, default_layer=4.0)
 
 
 def lesson_configs(model: str, runs_dir: str, methods: Sequence[str] = METHODS) -> list[RunConfig]:
-    """One config per method: 50% unstructured, quick protocol, dense perplexity and generations, in ``runs_dir``."""
-    return [RunConfig(model=model, method=method, sparsity=Unstructured(SPARSITY), calib="wiki", nsamples=8,
-                      seqlen=128, eval_data="wiki", eval_seqlen=128, eval_windows=16, eval_dense=True, generate=True,
-                      out_dir=runs_dir)
+    """One config per method: 50% unstructured, class protocol, dense perplexity and generations, in ``runs_dir``."""
+    return [RunConfig(model=model, method=method, sparsity=Unstructured(SPARSITY), calib="wiki",
+                      nsamples=CLASS.nsamples, seqlen=CLASS.seqlen, eval_data="wiki", eval_seqlen=CLASS.eval_seqlen,
+                      eval_windows=CLASS.eval_windows, eval_dense=True, generate=True, error_windows=ERROR_WINDOWS,
+                      threads=THREADS, options=dict(OPTIONS.get(method, {})), out_dir=runs_dir)
             for method in methods]
+
+
+def has_generations(record: RunRecord) -> bool:
+    """Whether a finished run stored the pruned model's greedy texts (result.json ``generations``)."""
+    result = record.result if isinstance(record.result, dict) else {}
+    records = (result.get("generations") or {}).get("records") or []
+    return bool(records) and all(isinstance(r, dict) and "pruned" in r for r in records)
 
 
 @dataclass(frozen=True)
 class LessonPlan:
-    """What the lesson will do: the configs, the stored run of each (None: to run), the seconds it will take."""
+    """What the lesson will do: the configs, the stored run of each (None: to run), runs left out and why."""
 
     configs: tuple[RunConfig, ...]
     stored: dict[str, RunRecord | None]
-    seconds: dict[str, float] = field(default_factory=dict)  # estimated seconds of each run still to make
+    without_texts: dict[str, str] = field(default_factory=dict)  # method → a matching stored run without generations
 
     @property
     def to_run(self) -> list[RunConfig]:
-        """The configs with no matching finished run in the store."""
+        """The configs with no matching finished run (with generations) in the store."""
         return [c for c in self.configs if self.stored.get(c.method) is None]
+
+    def clock(self, now: float) -> LessonClock:
+        """A clock for the runs still to make, started at ``now``."""
+        return LessonClock(REFERENCE, [c.method for c in self.to_run], CLASS.eval_windows or 0, now)
 
     @property
     def total_seconds(self) -> float:
-        """Estimated seconds of all the runs still to make (0 when every run is stored)."""
-        return sum(self.seconds.values())
+        """The reference estimate of the runs still to make (before anything is measured on this machine)."""
+        return self.clock(0.0).seconds_left(0.0)
 
 
-def estimate_seconds(config: RunConfig, records: Sequence[RunRecord]) -> float:
-    """Wall seconds ``config`` will take: from the store when it can, else :data:`STATED_SECONDS`.
-
-    A finished run of the same model and method under any protocol gives its pruning time
-    (``prune_seconds``) scaled by the calibration tokens (nsamples × seqlen), plus
-    :data:`OVERHEAD_SECONDS` for loading, evaluation and generation.
-    """
-    tokens = config.nsamples * config.seqlen
+def find_reusable(runs_dir: str, config: RunConfig, records: Sequence[RunRecord]) -> tuple[RunRecord | None, str]:
+    """The newest finished run of ``config``'s experiment that has generations, and the newest one without ("")."""
+    key, without = config.reuse_key(), ""
     for record in records:
-        cfg, result = record.config, record.result
-        if record.status != "finished" or not isinstance(result, dict):
-            continue
-        if cfg.get("model") != config.model or cfg.get("method") != config.method:
-            continue
-        seconds = result.get("prune_seconds")
-        stored_tokens = (cfg.get("nsamples") or 0) * (cfg.get("seqlen") or 0)
-        if isinstance(seconds, int | float) and math.isfinite(seconds) and stored_tokens > 0:
-            return float(seconds) * tokens / stored_tokens + OVERHEAD_SECONDS
-    return STATED_SECONDS.get(config.method, UNKNOWN_SECONDS)
+        if record.status == "finished" and all(record.config.get(k) == v for k, v in key.items()):
+            if has_generations(record):
+                return record, without
+            without = without or record.run_id
+    return None, without
 
 
 def plan_lesson(model: str, runs_dir: str, methods: Sequence[str] = METHODS) -> LessonPlan:
-    """Look every lesson run up in ``runs_dir`` and estimate the missing ones (raises ToolkitError for bad input)."""
+    """Look every lesson run up in ``runs_dir`` (raises ToolkitError for bad input)."""
     configs = tuple(lesson_configs(model, runs_dir, methods))
-    stored = {c.method: find_finished(runs_dir, c.reuse_key()) for c in configs}
     records = list_runs(runs_dir)
-    seconds = {c.method: estimate_seconds(c, records) for c in configs if stored[c.method] is None}
-    return LessonPlan(configs, stored, seconds)
+    stored: dict[str, RunRecord | None] = {}
+    without: dict[str, str] = {}
+    for config in configs:
+        stored[config.method], left_out = find_reusable(runs_dir, config, records)
+        if left_out and stored[config.method] is None:
+            without[config.method] = left_out
+    return LessonPlan(configs, stored, without)
 
 
 def format_duration(seconds: float) -> str:
@@ -99,29 +119,80 @@ def format_duration(seconds: float) -> str:
     return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
 
+def settings_text() -> str:
+    """The class preset's settings, as the page states them."""
+    fista = OPTIONS["fista"]
+    return (f"class preset: {CLASS.nsamples} × {CLASS.seqlen} calibration tokens, {CLASS.eval_windows} evaluation "
+            f"windows of {CLASS.eval_seqlen} tokens, layer output error on {ERROR_WINDOWS} calibration windows, "
+            f"5 greedy prompts × 32 new tokens, {THREADS} CPU thread; FISTAPruner with at most "
+            f"{fista['max_rounds']} λ rounds of {fista['fista_iters']} iterations (the paper's: 5 of 20)")
+
+
 def plan_text(plan: LessonPlan) -> str:
-    """Markdown saying which runs are reused and how long the others will take, before anything runs."""
+    """Markdown saying which runs are reused and about how long the others take, before anything runs."""
+    names = ", ".join(LABELS.get(c.method, c.method) for c in plan.configs)
+    lines = [f"**Lesson**: {names} at {SPARSITY:.0%} on `{plan.configs[0].model}`; {settings_text()}."]
     reused = [c.method for c in plan.configs if plan.stored.get(c.method) is not None]
-    lines = [f"**Lesson**: {', '.join(LABELS.get(c.method, c.method) for c in plan.configs)} at "
-             f"{SPARSITY:.0%} on `{plan.configs[0].model}`, quick protocol (8 × 128 calibration tokens, "
-             "16 evaluation windows of 128 tokens)."]
     if reused:
-        listed = ", ".join(f"{LABELS.get(m, m)} (`{run.run_id}`)" for m in reused if (run := plan.stored[m]))
+        listed = ", ".join(f"{LABELS.get(m, m)} (`{r.run_id}`)" for m in reused if (r := plan.stored[m]))
         lines.append(f"Reused from the run store: {listed}.")
+    if plan.without_texts:
+        listed = ", ".join(f"{LABELS.get(m, m)} (`{i}`)" for m, i in plan.without_texts.items())
+        lines.append(f"Stored without generations, so run again: {listed}. A run keeps its masks, not its weights, "
+                     "so its pruned model's texts cannot be made afterwards.")
     if plan.to_run:
-        each = ", ".join(f"{LABELS.get(c.method, c.method)} ≈ {format_duration(plan.seconds[c.method])}"
-                         for c in plan.to_run)
-        lines.append(f"To run: {each}; about **{format_duration(plan.total_seconds)}** in all, then a few seconds "
-                     "to draw.")
+        lines.append(f"To run: {', '.join(LABELS.get(c.method, c.method) for c in plan.to_run)}; about "
+                     f"**{format_duration(plan.total_seconds)}** by the reference pace, corrected from the pace "
+                     "measured in the first seconds.")
     else:
         lines.append("Every run is in the store: drawing takes a few seconds.")
     return "\n\n".join(lines)
 
 
-def run_lesson(plan: LessonPlan, cancel: CancelToken | None = None) -> Iterator[Event | SweepPoint]:
-    """Run the missing lesson runs in order, yielding their events and a SweepPoint as each ends.
+@dataclass(frozen=True)
+class LessonPoint:
+    """One lesson run's end: ``status`` finished | failed | cancelled, its run id, why it failed."""
 
-    Reused runs yield nothing here. A run that fails gives a point with status "failed" and the lesson
-    goes on; cancelling ends it (runs already finished stay in the store and are reused next time).
+    method: str
+    status: str
+    run_id: str = ""
+    error: str = ""
+
+
+def run_lesson(plan: LessonPlan, cancel: CancelToken | None = None) -> Iterator[Event | LessonPoint]:
+    """Run the missing lesson runs in order, yielding their events and a :class:`LessonPoint` as each ends.
+
+    A run that fails gives a point with status "failed" and the lesson goes on; cancelling ends it
+    (runs already finished stay in the store and are reused next time).
     """
-    return run_sweep(plan.to_run, cancel)
+    token = cancel or CancelToken()
+    for config in plan.to_run:
+        if token.cancelled:
+            yield LessonPoint(config.method, "cancelled", error="cancelled")
+            return
+        point = yield from _one(config, token)
+        yield point
+        if point.status == "cancelled":
+            return
+
+
+def _one(config: RunConfig, token: CancelToken) -> Iterator[Event]:
+    """Drive one run to its end, yielding its events; returns (StopIteration) its :class:`LessonPoint`."""
+    run_id, status, error = "", "failed", "the run ended without a result"
+    try:
+        for event in run(config, token):
+            yield event
+            if isinstance(event, RunStarted):
+                run_id = event.run_id
+            elif isinstance(event, RunFinished):
+                status, error = "finished", ""
+            elif isinstance(event, RunFailed):
+                status, error = ("cancelled" if event.cancelled else "failed"), event.error
+    except ToolkitError as exc:
+        return LessonPoint(config.method, "failed", error=str(exc))
+    return LessonPoint(config.method, status, run_id, error)
+
+
+def wall_clock() -> float:
+    """The clock the lesson's estimate runs on (seconds, monotonic)."""
+    return time.monotonic()

@@ -18,6 +18,7 @@ import numpy as np
 from toolkit.compare.masks import iou
 from toolkit.compare.masks import sparsity as mask_sparsity
 from toolkit.events import LambdaStep, LayerDone, RunStarted, SublayerPruned
+from toolkit.live.view import RunView
 from toolkit.store.runs import RunRecord
 from toolkit.teach.insights import describe_lambda, describe_layer_jumps, lambda_summary
 
@@ -142,3 +143,21 @@ def walkthrough(material: LessonMaterial) -> str:
         parts.append(f"**Masks of layer {material.layer} {material.linear}**: IoU of kept weights {pairs}; two "
                      f"random masks of this sparsity would give {chance:.2f}.")
     return "\n\n".join(parts)
+
+
+def live_material(view: RunView, method: str) -> MethodMaterial:
+    """One method's material from its live :class:`~toolkit.live.view.RunView` (the run under way, or just ended).
+
+    The heat-map, layer-error and perplexity figures draw it as the layers finish; the masks and
+    the walkthrough come from the stored run once it has ended (:func:`lesson_material`).
+    """
+    material = MethodMaterial(method=method, run_id=view.run_id, num_layers=view.num_layers,
+                              linears=list(view.linears), pruned=list(view.pruned), layers=list(view.layers_done))
+    data = str(view.protocol.get("evaluation", {}).get("dataset", "")) if view.protocol.get("evaluation") else ""
+    material.ppl = _number(view.ppl.get(data, math.nan)) if data else math.nan
+    material.dense_ppl = _number(view.dense_ppl.get(data, math.nan)) if data else math.nan
+    dense, pruned = view.evals.texts.get("dense", []), view.evals.texts.get("pruned", [])
+    if dense:
+        material.prompt, material.dense_text = dense[0].prompt, dense[0].text
+        material.text = pruned[0].text if pruned else None
+    return material
