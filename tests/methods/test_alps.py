@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import statistics
 
@@ -9,12 +10,17 @@ import pytest
 import torch
 
 from tests.helpers.stats import correlated_stats
+from toolkit.data.text import CalibSpec, calibration_windows
+from toolkit.engine.prune import prune_layers
 from toolkit.engine.solve import reconstruction_errors
+from toolkit.engine.state import EngineConfig
 from toolkit.errors import NumericalError, RunCancelled, ToolkitError
 from toolkit.events import RunWarning, SolverStep
 from toolkit.methods import alps, get_method
 from toolkit.methods.base import LinearStats, SolveContext
 from toolkit.methods.masks import nm_violations
+from toolkit.models.load import load_model
+from toolkit.spec.compression import Compression
 from toolkit.spec.targets import NM, Structured, Target, Unstructured
 
 TARGETS = (Unstructured(0.5), Unstructured(0.7), NM(2, 4), NM(4, 8))
@@ -212,8 +218,6 @@ def test_bad_options_raise_one_line(options: dict, message: str) -> None:
 
 
 def test_structured_target_and_bad_statistics_are_refused() -> None:
-    from toolkit.spec.compression import Compression
-
     with pytest.raises(ToolkitError, match="alps supports unstructured"):
         get_method("alps").check(Compression(sparsity=Structured(0.3)))
     gram = torch.eye(8)
@@ -229,3 +233,28 @@ def test_cancellation_stops_the_solve() -> None:
     ctx = SolveContext(cancelled=lambda: True)
     with pytest.raises(RunCancelled):
         alps.prune(torch.randn(4, 16), stats, Unstructured(0.5), alps.AlpsConfig(), ctx)
+
+
+# --- on a tiny model: both solvers on the statistics the engine gathers for each linear ---------------
+
+@pytest.mark.parametrize("family", ["llama", "opt"])
+@pytest.mark.parametrize("target", [Unstructured(0.5), NM(2, 4)], ids=str)
+def test_per_linear_error_at_most_sparsegpt_on_a_tiny_model(family: str, target: Target) -> None:
+    errors: dict[tuple[int, str], tuple[float, float]] = {}
+
+    def both(W: torch.Tensor, stats: LinearStats, target: Target | None, cfg: object, ctx: SolveContext):
+        assert target is not None
+        ours = alps.prune(W, stats, target, alps.AlpsConfig(), ctx)
+        theirs = _solve("sparsegpt", W, stats, target)
+        errors[(ctx.layer, ctx.name)] = (reconstruction_errors(W, ours.weight, stats)[0],
+                                         reconstruction_errors(W, theirs.weight, stats)[0])
+        return ours
+
+    spec = dataclasses.replace(alps.SPEC, fn=both)
+    tokens = torch.randint(0, 256, (4000,), generator=torch.Generator().manual_seed(1))
+    windows = calibration_windows(tokens, CalibSpec("x", 4, 32, 0))
+    prune_layers(load_model(f"tiny-{family}").model, windows, spec, target, alps.AlpsConfig(),
+                 emit=lambda e: None, cfg=EngineConfig(batch_size=2))
+    assert len(errors) >= 8
+    worse = {key: pair for key, pair in errors.items() if pair[0] > pair[1] * 1.001}
+    assert not worse, worse
