@@ -64,8 +64,10 @@ TEXTS: dict[Plot, str] = {
         "solved; marker colour is FISTAPruner's outer round. For Thanos, bars of the error each column block "
         "added; for a structured run, the Newton steps of each layer.\n\n"
         "**Good**: the objective ½‖W*X* − WX‖² + λ‖W*‖₁ falls within each round and the rounds start lower and "
-        "lower. A jump at the start of a round is λ changing, not divergence. Magnitude, Wanda and SparseGPT "
-        "have no iterative solver, so this panel stays hidden for them."),
+        "lower. A jump at the start of a round is λ changing, not divergence. For ALPS the objective is the relative "
+        "error ‖(Ŵ − W)X‖/‖WX‖ of the ADMM iterate projected to the target (colour 0), then of the conjugate-gradient "
+        "refinement on the fixed support (colour 1). Magnitude, Wanda and SparseGPT have no iterative solver, so "
+        "this panel stays hidden for them."),
     Plot.LAMBDA: (
         "**FISTAPruner's λ bisection**, one linear, x = outer round. Top: λ between its bounds [λ_low, λ_high] "
         "(log). Middle: E_round/E_total, the share of the error that rounding to the target sparsity caused, "
@@ -74,7 +76,10 @@ TEXTS: dict[Plot, str] = {
         "zero before rounding (0…100%).\n\n"
         "**Read it as**: if the middle panel stays under ξ, the ℓ1 term never had to do the pruning: FISTA "
         "refined the warm start (SparseGPT by default) as a least-squares solve and the magnitude rounding chose "
-        "the mask. Filled markers are rounds that improved the best error."),
+        "the mask. Filled markers are rounds that improved the best error.\n\n"
+        "**For ALPS** this panel shows its ADMM instead, x = iteration: the penalty ρ (it rises while the support "
+        "still moves), the primal ‖Ŵ − D‖ and dual ρ‖ΔD‖ residuals, and the share of kept weights whose support "
+        "changed since the last check; ADMM stops when that share reaches (nearly) zero."),
     Plot.SWEEP: (
         "**Axes**: sparsity (x) against perplexity on the evaluation text (y, log); one line per method and "
         "pattern (unstructured, n:m), the dashed line is the dense model.\n\n"

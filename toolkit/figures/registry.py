@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.figures import admm as viz_admm
 from toolkit.figures import allocation as viz_allocation
 from toolkit.figures import quant as viz_quant
 from toolkit.figures import run as viz
@@ -53,6 +54,8 @@ def solver_figures(view: RunView) -> dict[str, Any]:
                                     linear=snap.label)
     if not snap.lambdas and viz_quant.has_projection_trace(snap.solver):  # AWP: projection trace
         return {"solver": solver, "lambda": viz_quant.projection_figure(snap.solver, revision=key)}
+    if not snap.lambdas and viz_admm.has_admm_trace(snap.solver):  # ALPS: ρ, residuals, support changes
+        return {"solver": solver, "lambda": viz_admm.admm_figure(snap.solver, revision=key)}
     lam = viz.lambda_figure(snap.lambdas, revision=key, linear=snap.label if snap.solver else "")
     return {"solver": solver, "lambda": lam}
 
@@ -69,8 +72,9 @@ def _traced(view: RunView) -> bool:
 
 
 def _lambda_traced(view: RunView) -> bool:
-    """FISTAPruner's λ bisection, or AWP's projection trace."""
-    return bool(view.lambdas.steps) or viz_quant.has_projection_trace(view.solver.steps)
+    """FISTAPruner's λ bisection, AWP's projection trace or ALPS's ADMM trace."""
+    return (bool(view.lambdas.steps) or viz_quant.has_projection_trace(view.solver.steps)
+            or viz_admm.has_admm_trace(view.solver.steps))
 
 
 STRUCTURE_ROW = "structure"  # heads and channels a block-scope run removed (the widgets show it for those runs only)
