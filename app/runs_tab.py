@@ -167,8 +167,9 @@ def recovery_markdown(view: RecoveryView, elapsed: float = math.nan) -> str:
         lines.append(f"\nTraining data: {data.get('nsamples')} × {data.get('seqlen')} tokens of {data.get('source')} "
                      f"({data.get('split', 'train')}, seed {data.get('seed')}; the first windows are the parent's "
                      "calibration)")
+    kept = "stored keep-masks" if parent.get("masks", "stored") == "stored" else parent.get("masks")
     lines.append(f"\nRun `{view.run_id}` recovers run `{view.parent}` ({parent.get('method', '?')} {view.label}, "
-                 f"its {parent.get('masks', 'masks')} kept): **Open the parent run** replays it.")
+                 f"its {kept} kept): **Open the parent run** replays it.")
     return "\n".join(lines)
 
 
@@ -252,11 +253,12 @@ def build(gr: Any, *, runs_dir: str) -> dict[str, Any]:
         chosen = gr.Dropdown(choices=[], label="Run", scale=3, elem_id="runs-pick")
         open_button = gr.Button("Open and replay", variant="primary", scale=1, elem_id="runs-open")
     status = gr.Markdown(elem_id="runs-status")
+    result = gr.Markdown(elem_id="runs-result")  # the answer first, then the panels
+    parent = gr.Button("Open the parent run", visible=False, size="sm", elem_id="runs-parent")
     recover_panel.build(gr, runs_dir=runs_dir, chosen=chosen)  # fine-tune the picked run, its masks kept
-    parent = gr.Button("Open the parent run", visible=False, elem_id="runs-parent")
     outputs, sections, trace = _layout(gr)
-    warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False, elem_id="runs-warnings")
-    result = gr.Markdown(elem_id="runs-result")
+    warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False, visible=False,
+                          elem_id="runs-warnings")
     generations = gr.HTML(elem_id="runs-generations")
     outputs.update({"status": status, "warnings": warnings, "result": result, "generations": generations})
     parent_of = gr.State("")  # the parent of the run this page opened last (a recovery's), for the parent button
@@ -274,6 +276,8 @@ def build(gr: Any, *, runs_dir: str) -> dict[str, Any]:
                 update[outputs[name]] = gr.update(value=view.get(name), visible=show)
             for section, names in SECTIONS.items():
                 update[sections[section]] = gr.update(visible=any(shown[name] for name in names))
+        if "warnings" in view:  # the box shows only when the run has some
+            update[warnings] = gr.update(value=view["warnings"], visible=bool(view["warnings"]))
         if traces is not None:
             update[trace] = gr.update(choices=traces, value=traces[-1] if traces else None)
         update[parent_of] = up or ""
