@@ -1,13 +1,13 @@
 """Time the Lesson when its four runs are in the store: plan, read the runs back, build every figure; one JSON line.
 
-    python -m toolkit prune --model smollm2-135m --method M --sparsity 50% --nsamples 8 --seqlen 128 \\
-        --eval-seqlen 128 --eval-windows 16 --eval-dense --generate --out runs_lesson    # once per method
+    python -m benchmarks.bench_lesson_class --runs runs_lesson    # makes the four runs of the class preset
     python -m benchmarks.bench_lesson --runs runs_lesson [--model smollm2-135m] [--browser [--screenshot FILE.png]]
 
 The timed part is what the Lesson button does after the click (:func:`app.lesson_tab.lesson_stream`):
 look the runs up, read their events and one linear's masks, build the four figures, the generations
 table and the walkthrough. ``seconds`` is its wall time, ``reused`` the runs taken from the store.
-A store that lacks a lesson run is refused (the benchmark measures the reuse path only).
+A store that lacks a lesson run (or holds it without generations) is refused: the benchmark measures
+the reuse path only; ``bench_lesson_class.py`` times the runs themselves.
 ``--browser`` also serves the app on that store, clicks the Lesson button in headless Chromium and
 reports ``browser_seconds`` (click → "lesson ready" on the page); ``--screenshot`` saves the page.
 """
@@ -44,7 +44,8 @@ def browser_seconds(runs: str, model: str, screenshot: str | None) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Print one JSON object: model, runs folder, reused runs, seconds to the finished lesson, status line."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_lesson", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_lesson",
+                                     description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--runs", default="runs", help="run store holding the four lesson runs")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--browser", action="store_true", help="also time the click in headless Chromium")

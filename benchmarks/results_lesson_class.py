@@ -1,0 +1,58 @@
+"""The "Lesson for a class" table of ``docs/results.md``: the class Lesson's wall time from an empty run store and
+how far its running estimate was from the actual, read from ``bench_lesson_class.py``'s records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.results_read import Lines, Record, Section, num, records_of, table_lines
+
+MOMENTS = ("10s", "20s", "30s", "60s", "25%", "50%", "75%")
+
+
+def _minutes(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds / 60:.1f} min ({seconds:.0f} s)"
+
+
+def _estimate(record: Record, moment: str) -> str:
+    found = (record.get("estimates") or {}).get(moment)
+    if not found:
+        return ""
+    return f"{found['estimated_total']:.0f} s ({found['error']:+.0%})"
+
+
+def render_lesson_class(paths: list[Path]) -> Lines:
+    """One row per measured lesson (wall, CPU, load, per method), then the estimate read at each moment."""
+    records = [r for r in records_of(paths) if r.get("bench") == "lesson_class"]
+    if not records:
+        return ["No class-lesson measurement yet."]
+    rows = []
+    for r in records:
+        seconds = r.get("seconds") or {}
+        rows.append([r.get("model", ""), _minutes(r.get("wall_seconds")), num(r.get("cpu_seconds"), 0),
+                     f"{r.get('load_mean', 0):.1f} (max {r.get('load_max', 0):.1f}) on {r.get('cpus')} CPUs",
+                     ", ".join(f"{m} {s:.0f} s" for m, s in seconds.items()), r.get("dense_cache", ""),
+                     num(r.get("under_5_min"))])
+    lines = table_lines(["model", "wall, empty store", "CPU s (process)", "load average (1 min)",
+                         "seconds per run", "dense cache", "≤ 5 min"], rows)
+    lines += ["", "The estimate of the whole lesson's wall time (elapsed + \"about X left\") read at each moment, "
+              "and its error against the actual wall time:", ""]
+    estimate_rows = [[_minutes(r.get("wall_seconds")), f"{r.get('reference_estimate', 0):.0f} s",
+                      *(_estimate(r, m) for m in MOMENTS)] for r in records]
+    return lines + table_lines(["actual", "before any measurement", *MOMENTS], estimate_rows)
+
+
+LESSON_CLASS_SECTIONS = [
+    Section(
+        "Lesson for a class: wall time from an empty run store and the estimate's error",
+        ("cpu_lesson_class.jsonl",),
+        render_lesson_class,
+        "The Lesson's class preset on `smollm2-135m` (`toolkit/teach/lesson.py`): magnitude, Wanda, SparseGPT and "
+        "FISTAPruner at 50 %, calibration 16 × 128 tokens of `wiki` train, perplexity on 8 windows of 128 tokens of "
+        "`wiki` test (dense and pruned), 5 greedy prompts × 32 new tokens per model, layer output error on 2 "
+        "calibration windows, 1 CPU thread, FISTAPruner at most 2 λ rounds of 10 iterations. A fresh run store and "
+        "no dense-perplexity cache. Measured on the shared 2-core development machine while other jobs ran on it, "
+        "the benchmark under `nice -n 10`: the load average column says how shared it was.",
+        "nice -n 10 python -m benchmarks.bench_lesson_class --json benchmarks/results/cpu_lesson_class.jsonl",
+    ),
+]
