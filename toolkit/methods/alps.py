@@ -11,7 +11,7 @@ s = √diag(G_d), Ĝ = G_d / (s sᵀ) (unit diagonal), W̃ = W·diag(s), so that
 projection by |W_ij|·‖X_j‖ and the diagonal (Jacobi) preconditioner of the final PCG is the identity.
 With Y = W̃ Ĝ (out, in) and the splitting Ŵ = D, D in the sparse set S, ADMM (scaled dual V) iterates
 
-    Ŵ ← (Y − V + ρ D)(Ĝ + ρ I)⁻¹          (applied as Q diag(1/(Λ + ρ)) Qᵀ, Ĝ = Q Λ Qᵀ)
+    Ŵ ← (Y − V + ρ D)(Ĝ + ρ I)⁻¹          ((Ĝ + ρ I)⁻¹ = Q diag(1/(Λ + ρ)) Qᵀ, Ĝ = Q Λ Qᵀ, once per ρ)
     D ← P_S(Ŵ + V/ρ)                        (keep the k largest |·|: whole matrix, or n of every m)
     V ← V + ρ (Ŵ − D)
 
@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -49,7 +50,7 @@ from toolkit.errors import NumericalError, ToolkitError
 from toolkit.events import SolverStep
 from toolkit.methods.base import SOLVER_DTYPE, LinearStats, MethodSpec, PruneResult, SolveContext, Stat, option
 from toolkit.methods.masks import keep_mask_from_scores
-from toolkit.spec.targets import NM, Target, Unstructured, validate_for_shape
+from toolkit.spec.targets import NM, Target, Unstructured, unstructured_count, validate_for_shape
 
 EIGEN_DTYPE = torch.float64  # the one eigendecomposition of Ĝ; every iteration runs in SOLVER_DTYPE
 RHO_STEPS = ((0.1, 1.3), (0.005, 1.2))  # (support change / k above which, factor on ρ): the paper's schedule
@@ -105,10 +106,17 @@ class Scaled:
     s: Tensor
     base: float
     dead: int
+    inverse: tuple[float, Tensor] | None = None  # (ρ, (Ĝ + ρI)⁻¹) for the ρ of the last solve
 
     def shifted_solve(self, R: Tensor, rho: float) -> Tensor:
-        """R (Ĝ + ρI)⁻¹ for R (out, in), through the eigenbasis (no inverse formed)."""
-        return ((R @ self.Q) / (self.lam + rho)) @ self.Q.T
+        """R (Ĝ + ρI)⁻¹ for R (out, in), with (Ĝ + ρI)⁻¹ = Q diag(1/(Λ + ρ)) Qᵀ formed once per ρ.
+
+        ρ changes at most once per support check, so forming the inverse (in³) and one product per
+        iteration (out·in²) costs less than two products with Q per iteration once out > in/update_every.
+        """
+        if self.inverse is None or self.inverse[0] != rho:
+            self.inverse = (rho, (self.Q / (self.lam + rho)) @ self.Q.T)
+        return R @ self.inverse[1]
 
     def error(self, A: Tensor, AG: Tensor | None = None) -> float:
         """‖(A − W̃) X‖/‖W̃ X‖ on the damped Gram; ``AG`` = A Ĝ when the caller has it."""
@@ -136,8 +144,21 @@ def scale_problem(W: Tensor, gram: Tensor, damp_frac: float) -> Scaled:
 
 
 def project(A: Tensor, target: Target) -> tuple[Tensor, Tensor]:
-    """P_S(A): keep the largest |A| (whole matrix, or n of every m inputs of a row); (A ⊙ keep, keep)."""
-    keep = keep_mask_from_scores(A.abs(), target, group="matrix")
+    """P_S(A): keep the largest |A| (whole matrix, or n of every m inputs of a row); (A ⊙ keep, keep).
+
+    Unstructured on the CPU: the threshold is the ``count``-th smallest |A| by ``numpy.partition`` (about
+    ten times faster than ``torch.kthvalue`` on a 576 × 576 matrix; ADMM projects every iteration). When
+    ties at the threshold make ``|A| > threshold`` miss the exact count, the shared mask builder decides.
+    """
+    scores = A.abs()
+    if isinstance(target, Unstructured) and scores.device.type == "cpu":
+        count, numel = unstructured_count(target, scores.numel()), scores.numel()
+        if 0 < count < numel:
+            threshold = float(np.partition(scores.reshape(-1).numpy(), count - 1)[count - 1])
+            keep = scores > threshold
+            if numel - int(keep.sum()) == count:
+                return A * keep, keep
+    keep = keep_mask_from_scores(scores, target, group="matrix")
     return A * keep, keep
 
 
