@@ -19,7 +19,7 @@ from toolkit.figures import recovery as viz_recovery
 from toolkit.figures import run as viz_run
 from toolkit.figures.paper import png_bytes, to_matplotlib
 from toolkit.figures.static import fallback_bundle
-from toolkit.notebook.kernel_note import ESM, GONE, answer
+from toolkit.notebook.kernel_note import CLASS, DISCONNECTED, GONE, kernel_note, kernel_note_html
 
 
 def _bars_with_reference() -> go.Figure:
@@ -98,17 +98,9 @@ def test_quiet_progress_bars_switches_transformers_off_before_and_after_its_impo
         assert done.stdout.split() == ["False", "True"], (first, done.stdout, done.stderr[-500:])
 
 
-class _Widget:
-    def __init__(self) -> None:
-        self.sent: list[Any] = []
-
-    def send(self, content: Any) -> None:
-        self.sent.append(content)
-
-
-def test_the_kernel_answers_the_browsers_ping() -> None:
-    widget = _Widget()
-    answer(widget, {"ping": 1})
-    answer(widget, {"other": 1})
-    assert widget.sent == [{"pong": 1}]
-    assert "Re-run this cell" in GONE and "model.send({ ping: 1 })" in ESM and "CHECK_MS" not in ESM
+def test_the_kernel_note_shows_only_on_a_disconnected_widget() -> None:
+    """Hidden by default; ipywidgets' class for a widget without a live comm shows it."""
+    html = kernel_note_html()
+    assert f".{CLASS}{{display:none}}" in html and f".{DISCONNECTED} .{CLASS}{{display:block" in html
+    assert f'<div class="{CLASS}">' in html and "Re-run this cell" in GONE and "Re-run this cell" in html
+    assert kernel_note().value == html
