@@ -13,8 +13,10 @@ Prints one JSON object:
 - ``rss_start_mib``: the server before any run (page loaded once);
 - ``rss_mib``: after each run; ``live_models``: language models still reachable after each run
   (gc.collect() first; 0 when a finished run's model was released);
-- ``growth_mib``: ``rss_mib[-1] - rss_mib[0]`` (run 1 to run N); ``goal_mib`` the bound the app
-  must stay within (1 GiB above its memory after the first run) and ``within_goal``.
+- ``growth_mib``: ``rss_mib[-1] - rss_mib[0]`` (run 1 to the last run measured); ``goal_mib`` the
+  bound the app must stay within (1 GiB above its memory after the first run) and ``within_goal``;
+- ``runs_done`` of ``runs``: the ``--json`` file is rewritten after every run, so a measurement cut
+  short still says how far it got.
 
 Usage: ``python -m benchmarks.bench_app_memory [--runs 20] [--via page|handler] [--json FILE]``
 """
@@ -74,13 +76,33 @@ def run_handler(runs_dir: str, index: int) -> str:
     return last
 
 
+def report(args: argparse.Namespace, start: float, rss: list[float], live: list[int],
+           seconds: list[float]) -> dict[str, Any]:
+    """The JSON object for the runs measured so far (``runs_done`` of ``runs``)."""
+    growth = round(rss[-1] - rss[0], 1)
+    return {
+        "benchmark": "app_memory", "via": args.via, "model": EMBEDDED, "method": "wanda", "sparsity": "50%",
+        "protocol": QUICK.label, "runs": args.runs, "runs_done": len(rss), "cpus": os.cpu_count(),
+        "rss_start_mib": round(start, 1), "rss_mib": rss, "live_models": live, "run_seconds": seconds,
+        "growth_mib": growth, "growth_per_run_mib": round(growth / max(1, len(rss) - 1), 1),
+        "goal_mib": GOAL_MIB, "within_goal": growth <= GOAL_MIB,
+    }
+
+
+def write(line: str, path: str) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(line + "\n", encoding="utf-8")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--via", choices=("page", "handler"), default="page",
                         help="click Run in headless Chromium, or call the Run handler's logic in the server")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one run may take")
-    parser.add_argument("--json", default="", help="also write the JSON object to this file")
+    parser.add_argument("--json", default="",
+                        help="also write the JSON object to this file (rewritten after every run: see runs_done)")
     args = parser.parse_args()
     if args.runs < 1:
         print("error: --runs must be ≥ 1", file=sys.stderr)
@@ -104,19 +126,10 @@ def main() -> int:
             rss.append(round(rss_mib(), 1))
             print(f"run {index + 1}/{args.runs}: {rss[-1]:.0f} MiB, {live[-1]} live models, {seconds[-1]} s",
                   file=sys.stderr, flush=True)
-    growth = round(rss[-1] - rss[0], 1)
-    report = {
-        "benchmark": "app_memory", "via": args.via, "model": EMBEDDED, "method": "wanda", "sparsity": "50%",
-        "protocol": QUICK.label, "runs": args.runs, "cpus": os.cpu_count(),
-        "rss_start_mib": round(start, 1), "rss_mib": rss, "live_models": live, "run_seconds": seconds,
-        "growth_mib": growth, "growth_per_run_mib": round(growth / max(1, args.runs - 1), 1),
-        "goal_mib": GOAL_MIB, "within_goal": growth <= GOAL_MIB,
-    }
-    line = json.dumps(report)
+            write(json.dumps(report(args, start, rss, live, seconds)), args.json)
+    line = json.dumps(report(args, start, rss, live, seconds))
     print(line, flush=True)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(line + "\n", encoding="utf-8")
+    write(line, args.json)
     return 0
 
 
