@@ -1,4 +1,4 @@
-"""The notebooks run top to bottom on the embedded model (nbclient; slow) and are stored stripped."""
+"""The notebooks run top to bottom on the embedded model (nbclient; slow); test_stored_notebooks checks their files."""
 
 from __future__ import annotations
 
@@ -14,14 +14,6 @@ NAMES = ["01_quickstart.ipynb", "02_methods_compared.ipynb",  # in order: 02 reu
          "04_removing_heads_and_channels.ipynb"]
 QUANT = "03_pruning_meets_quantization.ipynb"  # tiny-llama and one synthetic layer (a kernel start: slow tier)
 PLOTLY = "application/vnd.plotly.v1+json"
-
-
-@pytest.mark.parametrize("name", [*NAMES, QUANT])
-def test_notebook_is_stored_without_outputs(name: str) -> None:
-    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
-    nbformat.validate(notebook)
-    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    assert code and all(not cell.outputs and cell.execution_count is None for cell in code)
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +96,8 @@ def test_nbconvert_html_shows_the_widget_figures(tmp_path: Path) -> None:
     html = _nbconvert(tmp_path, "widgets.ipynb")
     assert html.count(IMAGE) == 1  # the heat-map cell: a PNG beside the plotly JSON
     assert "prunelab-generations" in html and html.count("tokens/s") >= 10
-    # the widget state saved with the notebook holds the finished run's figures as images
-    assert "figures of run" in html and html.count("data:image\\/png;base64,") >= 2
+    # the output under the dashboard holds the finished run's figures as images, for any viewer
+    assert "figures of run" in html and html.count('<img style="flex:1 1 460px') >= 2
 
 
 @pytest.mark.slow

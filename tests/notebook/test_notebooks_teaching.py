@@ -1,4 +1,4 @@
-"""Notebooks 05 (inside FISTAPruner) and 06 (n:m and structure): stored stripped, and run top to bottom (slow)."""
+"""Notebooks 05 (inside FISTAPruner) and 06 (n:m and structure) run top to bottom (slow)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,11 @@ FIGURES = {"05_inside_fista.ipynb": 5, "06_nm_and_structure.ipynb": 4}  # plotly
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_notebook_is_stored_without_outputs(name: str) -> None:
+def test_notebook_ends_with_what_the_run_must_show(name: str) -> None:
+    """How it is stored (stripped, or executed with its outputs): test_stored_notebooks.py."""
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
-    nbformat.validate(notebook)
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    assert code and all(not cell.outputs and cell.execution_count is None for cell in code)
-    assert "assert" in code[-1].source  # the last cell states what the run must show
+    assert code and "assert" in code[-1].source
 
 
 @pytest.mark.slow
