@@ -29,7 +29,7 @@ away from a better support. Then that support is fixed and each row solves its r
     [Ŵ Ĝ]_i,S = [Y]_i,S,   Ŵ_i,∖S = 0   (rows independent; residual R = (Y − Ŵ Ĝ) ⊙ keep)
 
 for at most ``pcg_iters`` steps or until every row's ‖R_i‖ ≤ ``pcg_tol``·‖Y_i ⊙ keep_i‖. The result is
-Ŵ diag(1/s). Everything is float32 on W's device, except the one eigendecomposition (float64).
+Ŵ diag(1/s). Everything, the one eigendecomposition included, is float32 on W's device.
 
 Events: one SolverStep (solver "alps") per support check and per PCG step; ``objective`` is the relative
 error ‖(P_S(Ŵ) − W) X‖/‖W X‖ on the damped Gram, ``values`` hold ``rho``, ``primal`` = ‖Ŵ − D‖/‖W̃‖,
@@ -52,7 +52,7 @@ from toolkit.methods.base import SOLVER_DTYPE, LinearStats, MethodSpec, PruneRes
 from toolkit.methods.masks import keep_mask_from_scores
 from toolkit.spec.targets import NM, Target, Unstructured, unstructured_count, validate_for_shape
 
-EIGEN_DTYPE = torch.float64  # the one eigendecomposition of Ĝ; every iteration runs in SOLVER_DTYPE
+EIGEN_DTYPE = SOLVER_DTYPE  # the one eigendecomposition of Ĝ (unit diagonal, damped: float32 suffices)
 RHO_STEPS = ((0.1, 1.3), (0.005, 1.2))  # (support change / k above which, factor on ρ): the paper's schedule
 RHO_SLOW = 1.1  # factor on ρ for any smaller, non-zero support change once ρ has gone up
 RHO_SHRINK = 5.0  # divisor of ρ while it has never gone up and the support barely moves (warm-up)
