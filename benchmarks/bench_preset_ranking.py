@@ -32,6 +32,8 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--seed", type=int, default=0, help="calibration sampling seed (the protocols' is 0)")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="intra-op threads (1 on a shared CPU: two threads spin against a busy neighbour)")
     parser.add_argument("--out", default="runs")
     parser.add_argument("--json", default=None, help="also append the records to this JSON-lines file")
     args = parser.parse_args()
@@ -42,7 +44,7 @@ def main() -> None:
         config = RunConfig(model=args.model, method=method, **fields, options=options, nsamples=preset.nsamples,
                            seqlen=preset.seqlen, seed=args.seed, eval_seqlen=preset.eval_seqlen,
                            eval_windows=preset.eval_windows, eval_data="wiki", eval_dense=True, device=args.device,
-                           out_dir=args.out)
+                           out_dir=args.out, threads=args.threads)
         start = Clock.now()
         result = prune_model(config)
         end = Clock.now()
