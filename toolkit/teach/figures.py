@@ -60,7 +60,9 @@ def heatmaps_figure(methods: Sequence[MethodMaterial], *, bounds: tuple[float, f
                      "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", "hoverongaps": False,
                      "hovertemplate": f"{method.label}<br>layer %{{y}} · %{{x}}<br>rel. error "
                                       "%{customdata:.4g}<extra></extra>"})
-        layout[f"xaxis{suffix}"] = {"domain": domains[index - 1], "anchor": f"y{suffix}", "tickangle": -60}
+        layout[f"xaxis{suffix}"] = {"domain": domains[index - 1], "anchor": f"y{suffix}", "tickangle": -60,
+                                    "type": "category", "categoryorder": "array",  # ticks before any cell is drawn
+                                    "categoryarray": short_names(columns), "range": [-0.5, len(columns) - 0.5]}
         layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}", "autorange": "reversed", "range": [rows - 0.5, -0.5],
                                     **({"matches": "y"} if index > 1 else {"title": {"text": "decoder layer"}})}
         done, cells = len(method.pruned), rows * len(columns)
