@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import ToolkitError
-from toolkit.figures.paper_marks import colorway, draw_annotations, draw_shapes
+from toolkit.figures.paper_marks import colorway, draw_annotations, draw_shapes, log_minor_formatter
 from toolkit.figures.paper_traces import decode_arrays, draw_trace, plain_text
 
 FORMATS = ("png", "pdf", "svg")
@@ -77,7 +77,7 @@ def _style_axis(ax: Any, axis: Mapping[str, Any], letter: str, show_ticks: bool)
         set_scale("log")
         plain = FuncFormatter(lambda value, _: f"{value:g}")  # 20, 30, 60 rather than 2×10¹
         target.set_major_formatter(plain)
-        target.set_minor_formatter(plain)
+        target.set_minor_formatter(log_minor_formatter(target))
     bounds = axis.get("range")
     if bounds is not None and len(bounds) == 2 and all(isinstance(b, int | float) for b in bounds):
         set_lim(*(10.0 ** b for b in bounds) if log else bounds)

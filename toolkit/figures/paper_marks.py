@@ -16,6 +16,7 @@ A redrawn figure keeps what the interactive one shows:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -138,3 +139,24 @@ def draw_annotations(fig: Any, axes: Mapping[tuple[str, str], Any], annotations:
             continue  # placed on a category: plotly's position has no fixed number to redraw it at
         ax = _panel_for(axes, xref, yref)
         ax.text(float(x), float(y), text, transform=_transform(ax, xref, yref), **style)
+
+
+def log_minor_formatter(target: Any) -> Any:
+    """Labels of a log axis's minor ticks: every one within a decade, 2 and 5 up to three decades, none beyond.
+
+    ``target`` is the matplotlib axis (``ax.xaxis``/``ax.yaxis``); its view decides at draw time,
+    so labels never pile up (0.06, 0.07, 0.08, 0.09 over each other) on a wide axis.
+    """
+    from matplotlib.ticker import FuncFormatter
+
+    def label(value: float, _: Any) -> str:
+        low, high = sorted(float(v) for v in target.get_view_interval())
+        if value <= 0 or low <= 0:
+            return ""
+        decades = math.log10(high / low)
+        mantissa = value / 10 ** math.floor(math.log10(value) + 1e-9)
+        if decades <= 1 or (decades <= 3 and any(abs(mantissa - m) < 1e-6 for m in (2, 5))):
+            return f"{value:g}"
+        return ""
+
+    return FuncFormatter(label)
