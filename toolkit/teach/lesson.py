@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 
 from toolkit.api import CancelToken, RunConfig, list_runs, run
 from toolkit.errors import ToolkitError
+from toolkit.evaluation.generate import DEFAULT_PROMPTS
 from toolkit.events import Event, RunFailed, RunFinished, RunStarted
+from toolkit.run.evals import GENERATION_TOKENS
 from toolkit.run.protocols import CLASS
 from toolkit.spec.targets import Unstructured
 from toolkit.store.runs import RunRecord
@@ -124,8 +126,9 @@ def settings_text() -> str:
     fista = OPTIONS["fista"]
     return (f"class preset: {CLASS.nsamples} × {CLASS.seqlen} calibration tokens, {CLASS.eval_windows} evaluation "
             f"windows of {CLASS.eval_seqlen} tokens, layer output error on {ERROR_WINDOWS} calibration windows, "
-            f"5 greedy prompts × 32 new tokens, {THREADS} CPU thread; FISTAPruner with at most "
-            f"{fista['max_rounds']} λ rounds of {fista['fista_iters']} iterations (the paper's: 5 of 20)")
+            f"{len(DEFAULT_PROMPTS)} greedy prompts × {GENERATION_TOKENS} new tokens, {THREADS} CPU thread; "
+            f"FISTAPruner with at most {fista['max_rounds']} λ rounds of {fista['fista_iters']} iterations "
+            "(the paper's: 5 of 20)")
 
 
 def plan_text(plan: LessonPlan) -> str:
