@@ -156,7 +156,8 @@ def recovery_markdown(view: RecoveryView, elapsed: float = math.nan) -> str:
     lines.append(f"| training time | | {format_seconds(view.train_seconds, tenths=True)} | |")
     lines.append(f"| elapsed (before, training, saving, after) | | {format_seconds(elapsed, tenths=True)} | |")
     if view.status != "finished":
-        lines.insert(0, f"No result: the recovery {view.status}" + (f" ({view.error})." if view.error else ".") + "\n")
+        how = {"failed": "failed", "running": "is still running"}.get(view.status, f"was {view.status}")
+        lines.insert(0, f"No result: the recovery {how}" + (f" ({view.error})." if view.error else ".") + "\n")
     options, data = view.options, view.calibration
     parent = view.protocol.get("parent") or {}
     lines.append(f"\nMasked LoRA: {view.steps} steps of {options.get('batch_size', '?')} windows, rank "

@@ -234,3 +234,13 @@ def test_the_recovery_method_name_is_the_run_stores() -> None:
     from toolkit.run.recover_config import METHOD
 
     assert runs_tab.RECOVER == METHOD
+
+
+def test_an_interrupted_recovery_replays_the_steps_it_made(tmp_path: Path) -> None:
+    events = recovery_events([4.0, 3.5, 3.25, 3.0])[:4]  # RunStarted, before, two steps: then the process died
+    run_id = stored(tmp_path, events, [0.5, 300.0, 700.0, 1240.0], method="recover")
+    (tmp_path / run_id / "status.json").write_text(json.dumps({"status": "running", "error": "", "pid": 2**40}))
+    update = runs_tab.replay_view(run_id, str(tmp_path))
+    assert update["status"].startswith("**⚠ interrupted · recover run p1 (50%) · step 2 of 4")
+    assert "elapsed 20 min 40 s" in update["status"] and list(update["loss"].data[0].y) == [4.0, 3.5]
+    assert update["result"].startswith("No result: the recovery was interrupted")
