@@ -20,7 +20,8 @@ INTRO = ("Prune a language model layer by layer and watch it happen: **Run** one
 CSS = (".plot-container { min-height: 0 !important; } footer { display: none !important; } "
        "#run-actions { position: sticky; top: 0; bottom: 0; z-index: 20; background: var(--background-fill-primary); } "
        ".gradio-container { overflow: clip !important; } "  # clip, unlike hidden, lets #run-actions stick
-       "#run-card { border: 2px solid var(--color-accent); border-radius: var(--radius-lg); padding: 0 12px; }")
+       "#run-card { border: 2px solid var(--color-accent); border-radius: var(--radius-lg); padding: 0 12px; } "
+       "#run-card td strong { font-size: 1.3em; }")
 # A slider's number box clamps what is typed into it when it loses focus (150 becomes 95, -5 becomes 0), so
 # the form would run what the user did not ask for. These capture listeners run before the slider's own and
 # keep an out-of-range value as typed; the form then refuses it in the status line (app/forms.py).

@@ -46,8 +46,8 @@ def ppl_text(view: RunView, digits: int = 2) -> str:
 
 
 def elapsed_text(view: RunView, now: float) -> str:
-    """The run's time (``3 min 20 s``): elapsed from start to end, or the pruning time when no clock saw it."""
-    return format_seconds(view.elapsed(now))
+    """The run's time (``3 min 20 s``, ``4.2 s``): start to end, or the pruning time when no clock saw it."""
+    return format_seconds(view.elapsed(now), tenths=True)
 
 
 def headline(view: RunView, now: float) -> str:
@@ -87,7 +87,7 @@ def card_markdown(view: RunView, now: float) -> str:
     if view.compression.get("quant"):
         columns.append(("bits per weight", f"**{_num(view.bits_per_weight, '.2f')}** (scales counted)"))
     columns += _bought_columns(view)
-    prune = f" (pruning {format_seconds(view.prune_seconds)})" if math.isfinite(view.prune_seconds) else ""
+    prune = f" (pruning {format_seconds(view.prune_seconds, tenths=True)})" if math.isfinite(view.prune_seconds) else ""
     columns.append(("time", f"{elapsed_text(view, now)}{prune}"))
     table = ["| " + " | ".join(name for name, _ in columns) + " |", "|" + "---|" * len(columns),
              "| " + " | ".join(value for _, value in columns) + " |"]
