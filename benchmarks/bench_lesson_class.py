@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             "statuses": done["statuses"], "cpus": os.cpu_count(), "load_mean": round(sum(loads) / len(loads), 2),
             "load_max": round(max(loads), 2), "reference_estimate": round(first[1], 1), "estimates": estimates,
             "measured": {k: round(v, 3) for k, v in done["measured"].items()},
+            "reference": {"load": lesson.REFERENCE.load, "window": lesson.REFERENCE.window,
+                          "prompt": lesson.REFERENCE.prompt, "layer": lesson.REFERENCE.layer},
             "under_5_min": wall <= 300.0}
     emit(line, args.json)
     return 0 if all(s == "finished" for s in done["statuses"].values()) else 1

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.results_allocation import ALLOCATION_SECTIONS
+from benchmarks.results_lesson_class import LESSON_CLASS_SECTIONS
 from benchmarks.results_presets import PRESET_SECTIONS
 from benchmarks.results_read import RESULTS, ROOT, Lines, Section, commits, protocol_lines, records_of, rel, stamps
 from benchmarks.results_render import (
@@ -285,6 +286,7 @@ python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four run
     *SCALE_SECTIONS,
     *ALLOCATION_SECTIONS,
     *PRESET_SECTIONS,
+    *LESSON_CLASS_SECTIONS,
     Section(
         "Weight digests: did a change move any pruned weight?",
         ("digest_*.jsonl",),

@@ -42,12 +42,12 @@ THREADS = 1
 # every iteration. Its warm start is SparseGPT's mask, and a round only replaces it when it lowers the error.
 OPTIONS = {"fista": {"max_rounds": 2, "fista_iters": 10, "lipschitz": "power", "trace_every": 5}}
 # Reference seconds per unit of work of the class lesson on smollm2-135m (toolkit.teach.lesson_clock); only their
-# ratios matter: the clock scales them by the pace it measures. Measured on this project's shared 2-core CPU (1 thread,
-# load average 17-20) with single runs of the class protocol: magnitude (load 10 s, a prompt 5.5 s, a perplexity
-# window 1.8 s, a layer 1.2 s) and the first layers of FISTAPruner (15 s a layer); Wanda and SparseGPT placed between
-# (their layers compute what magnitude's do plus the input norms, or a Gram and its Cholesky factor).
-REFERENCE = Profile(load=10.0, window=1.8, prompt=5.5, capture=0.5, finish=0.3,
-                    layer={"magnitude": 1.2, "wanda": 1.5, "sparsegpt": 2.5, "fista": 15.0}, default_layer=4.0)
+# ratios matter: the clock scales them by the pace it measures. The "measured" profile of the first
+# benchmarks/bench_lesson_class.py run (benchmarks/results/cpu_lesson_class.jsonl, line 1: a whole lesson from an empty
+# store on the shared 2-core CPU, load average 30, under nice -n 10). That run's own estimate used a profile pieced
+# together from single runs, whose FISTAPruner layer was 12 magnitude layers (here 5.7) and window 1.5 (here 3.7).
+REFERENCE = Profile(load=9.3, window=15.7, prompt=19.2, capture=0.4, finish=0.1,
+                    layer={"magnitude": 4.2, "wanda": 6.0, "sparsegpt": 11.1, "fista": 24.0}, default_layer=11.0)
 
 
 def lesson_configs(model: str, runs_dir: str, methods: Sequence[str] = METHODS) -> list[RunConfig]:
