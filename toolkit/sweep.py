@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import itertools
+import json
 import math
 import statistics
 import time
@@ -26,6 +27,7 @@ from toolkit.methods import get_method
 from toolkit.spec.allocation import UNIFORM, Allocation, parse_allocation
 from toolkit.spec.compression import QuantSpec, parse_quant, target_kind
 from toolkit.spec.targets import Target, parse_sparsity
+from toolkit.store.runs import STAMP
 
 COLUMNS = ("method", "sparsity", "achieved_sparsity", "ppl", "dense_ppl", "prune_seconds", "status", "reused", "run_id",
            "pattern", "quant", "bits_per_weight", "accuracy", "dense_accuracy", "allocation", "seed")
@@ -251,10 +253,8 @@ def stored_points(records: Sequence[Any], model: str | None = None) -> list[Swee
 
 
 def _seed(config: dict[str, Any]) -> int:
-    try:
-        return int(config.get("seed") or 0)
-    except (TypeError, ValueError):
-        return 0
+    seed = _num(config.get("seed"))
+    return int(seed) if math.isfinite(seed) else 0
 
 
 MAX_SEEDS = 20
@@ -274,12 +274,10 @@ def parse_seeds(text: str | None) -> tuple[int, ...]:
     words = (text or "").replace(",", " ").split()
     if not words:
         return ()
-    seeds = []
-    for word in words:
-        if not word.isdigit():
-            raise ToolkitError(f"calibration seeds are whole numbers ≥ 0 separated by commas, got {word!r}; "
-                               "type e.g. 0, 1, 2")
-        seeds.append(int(word))
+    bad = next((word for word in words if not word.isdigit()), None)
+    if bad is not None:
+        raise ToolkitError(f"calibration seeds are whole numbers ≥ 0 separated by commas, got {bad!r}; type 0, 1, 2")
+    seeds = [int(word) for word in words]
     if len(seeds) < 2:
         raise ToolkitError(f"a spread needs at least two calibration seeds, got one ({seeds[0]}); type e.g. "
                            f"{seeds[0]}, {seeds[0] + 1}, {seeds[0] + 2}, or leave Seeds empty for one run per point")
@@ -314,7 +312,15 @@ class Estimate:
 
 
 def run_wall_seconds(record: Any) -> float:
-    """A finished run's wall time: from its id's start stamp to result.json's ``finished_at`` (nan if unknown)."""
+    """A finished run's wall time in seconds (nan if unknown).
+
+    The last event's stamp (seconds since the run record was created, :data:`toolkit.store.runs.STAMP`:
+    the whole run but loading the model); for runs from before stamps, from the id's start stamp to
+    result.json's ``finished_at`` (which leaves out the pruned evaluation, so it is shorter).
+    """
+    last = _last_stamp(Path(record.path) / "events.jsonl") if getattr(record, "path", None) else math.nan
+    if math.isfinite(last) and last > 0:
+        return last
     result = record.result if isinstance(record.result, dict) else {}
     try:
         start = time.mktime(time.strptime(record.run_id[:15], "%Y%m%d-%H%M%S"))
@@ -322,6 +328,17 @@ def run_wall_seconds(record: Any) -> float:
     except (ValueError, OverflowError):
         return math.nan
     return end - start if end > start else math.nan
+
+
+def _last_stamp(events: Path) -> float:
+    """The :data:`~toolkit.store.runs.STAMP` of the last line of ``events`` (read from its tail), or nan."""
+    try:
+        with open(events, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, 2) - 8192))  # the tail: more than one event line
+            lines = handle.read().splitlines()
+        return _num(json.loads(lines[-1].decode("utf-8")).get(STAMP)) if lines else math.nan
+    except (OSError, ValueError, AttributeError):
+        return math.nan
 
 
 def _tokens(config: Any) -> float:

@@ -15,6 +15,7 @@ from app.jobs import SESSIONS
 from tests.helpers.synthetic_runs import write_run
 from toolkit.api import RunConfig, list_runs
 from toolkit.errors import ToolkitError
+from toolkit.store.runs import STAMP
 from toolkit.sweep import DEFAULT_RUN_SECONDS, estimate, parse_seeds, run_wall_seconds
 
 QUICK = forms.Protocol(nsamples=4, seqlen=32, eval_seqlen=32, eval_windows=2, device="cpu")
@@ -27,14 +28,26 @@ def base(tmp_path: Path, **changes: object) -> RunConfig:
 
 
 def stored(tmp_path: Path, config: RunConfig, *, ppl: float = 25.0, seconds: float | None = None) -> Path:
-    """A finished run of ``config`` in the store; ``seconds`` sets its wall time (finished_at after its start)."""
+    """A finished run of ``config`` in the store; ``seconds`` sets its wall time (its last event's stamp)."""
     path = write_run(tmp_path, {**config.to_dict(), "eval_dense": True}, ppl=ppl)
     if seconds is not None:
-        result = json.loads((path / "result.json").read_text())
-        start = time.mktime(time.strptime(path.name[:15], "%Y%m%d-%H%M%S"))
-        result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start + seconds))
-        (path / "result.json").write_text(json.dumps(result))
+        lines = (path / "events.jsonl").read_text().splitlines()
+        lines[-1] = json.dumps({**json.loads(lines[-1]), STAMP: seconds})
+        (path / "events.jsonl").write_text("\n".join(lines) + "\n")
     return path
+
+
+def test_a_run_from_before_event_stamps_is_timed_from_its_id_to_finished_at(tmp_path: Path) -> None:
+    path = stored(tmp_path, base(tmp_path, eval_dense=True))
+    lines = [json.loads(line) for line in (path / "events.jsonl").read_text().splitlines()]
+    (path / "events.jsonl").write_text("".join(json.dumps({k: v for k, v in line.items() if k != STAMP}) + "\n"
+                                               for line in lines))
+    result = json.loads((path / "result.json").read_text())
+    start = time.mktime(time.strptime(path.name[:15], "%Y%m%d-%H%M%S"))
+    result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start + 75))
+    (path / "result.json").write_text(json.dumps(result))
+    (record,) = list_runs(tmp_path)
+    assert run_wall_seconds(record) == pytest.approx(75.0)
 
 
 def test_a_seed_list_is_two_or_more_whole_numbers() -> None:
@@ -89,7 +102,7 @@ def test_the_estimate_scales_stored_wall_times_by_calibration_tokens(tmp_path: P
     again = estimate([base(tmp_path, sparsity="60%", eval_dense=True)], records)  # the stored experiment
     assert (again.runs, again.reused, again.seconds) == (0, 1, 0.0)
     assert "all 1 points are in the run store" in again.line
-    assert math.isnan(run_wall_seconds(type("R", (), {"run_id": "r1", "result": {}})()))
+    assert math.isnan(run_wall_seconds(type("R", (), {"run_id": "r1", "result": {}, "path": tmp_path / "r1"})()))
 
 
 def test_the_form_shows_the_estimate_before_run(tmp_path: Path) -> None:
