@@ -53,8 +53,10 @@ DEFAULT_PROTOCOL = CPU.name  # the CLI's default: the protocol of docs/results.m
 # on this project's 2-core CPU shared with other jobs. quick: `time make cli-demo`, 4.8 min at load average 5-7,
 # 6.5 min at 9-12 and 7.7 min at 12-13 (2.4 min of CPU time each). cpu: the same job with --eval-windows 16 took
 # 607 s at load 8-9 (pruning 295 s, 7.4 s a dense and 6.6 s a pruned window of 512 tokens); the other 194
-# windows of each pass at those paces make 55 min.
-DEMO_MINUTES = {"quick": 5, "cpu": 55}
+# windows of each pass at those paces make 55 min. quick at 16 × 128 (twice the calibration of the figures above):
+# 705 s (11.8 min) at load average 20-28 with one thread (PRUNELAB_THREADS=1) and the dense perplexity cached;
+# benchmarks/results/quick_ranking.jsonl's Wanda record of the same job used 23 s of process CPU time.
+DEMO_MINUTES = {"quick": 12, "cpu": 55}
 
 
 def get_protocol(name: str) -> Protocol:
