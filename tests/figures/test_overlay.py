@@ -27,6 +27,9 @@ def test_layer_overlays_draw_one_line_per_run() -> None:
     assert [t["name"] for t in traces(error)] == ["r0", "r1", "r2"]
     assert list(traces(error)[0]["y"]) == [0.01, 0.02, 0.04]
     assert error.to_dict()["layout"]["yaxis"]["type"] == "log"
+    lines = [t["line"] for t in traces(error)]  # one series (Wanda over seeds): its colour, a dash per run
+    assert len({line["color"] for line in lines}) == 1 and [line["dash"] for line in lines] == ["solid", "dash", "dot"]
+    assert traces(overlay.quality_figure(runs))[0]["line"]["color"] == lines[0]["color"]
     zeroed = traces(overlay.layer_overlay_figure(runs, "layer_sparsity"))
     assert len(zeroed) == 3 and list(zeroed[2]["y"]) == [0.4, 0.5, 0.6]
 

@@ -45,18 +45,24 @@ def color(index: int) -> str:
 
 def layer_overlay_figure(runs: Sequence[Mapping[str, Any]], metric: str = "layer_error", *,
                          revision: Any = None) -> go.Figure:
-    """One line per run over the decoder layers: ``layer_error`` (log axis) or ``layer_sparsity``."""
+    """One line per run over the decoder layers: ``layer_error`` (log axis) or ``layer_sparsity``.
+
+    A run has its series' colour (as in :func:`quality_figure`); runs of one series differ by dash.
+    """
     error = metric == "layer_error"
     title = "layer output error per layer" if error else "weights zeroed per layer"
     data, fmt = [], ".3g" if error else ".1%"
+    series = list(dict.fromkeys(_series(run) for run in runs))
     for index, run in enumerate(runs):
         values = [_float(v) for v in run.get(metric) or []]
         if not any(math.isfinite(v) and (v > 0 or not error) for v in values):
             continue
         ys = [v if math.isfinite(v) and (v > 0 or not error) else None for v in values]
+        colour = color(series.index(_series(run)))  # the colour of its curve in quality_figure
+        dash = DASHES[sum(_series(r) == _series(run) for r in runs[:index]) % len(DASHES)]
         data.append({"type": "scatter", "mode": "lines+markers", "name": str(run["name"]),
-                     "x": list(range(len(ys))), "y": ys, "line": {"color": color(index)},
-                     "marker": {"size": 5, "color": color(index)}, "connectgaps": False,
+                     "x": list(range(len(ys))), "y": ys, "line": {"color": colour, "dash": dash},
+                     "marker": {"size": 5, "color": colour}, "connectgaps": False,
                      "hovertemplate": f"{run['name']}<br>layer %{{x}}: %{{y:{fmt}}}<extra></extra>"})
     if not data:
         return note_figure(title, "no per-layer record in these runs", HEIGHT, revision)
@@ -76,9 +82,9 @@ def quality_figure(runs: Sequence[Mapping[str, Any]], metric: str = "ppl", *, re
     ppl = metric == "ppl"
     title = "perplexity vs sparsity" if ppl else "mean zero-shot accuracy vs sparsity"
     measured = [r for r in runs if math.isfinite(_float(r.get(metric)))]
-    series = list(dict.fromkeys(str(r.get("series") or r["name"]) for r in measured))
-    data = [_series_trace(name, [r for r in measured if str(r.get("series") or r["name"]) == name], metric, color(i))
-            for i, name in enumerate(series)]
+    series = list(dict.fromkeys(_series(r) for r in runs))  # every run's, so colours match the layer overlays
+    data = [_series_trace(name, [r for r in measured if _series(r) == name], metric, color(i))
+            for i, name in enumerate(series) if any(_series(r) == name for r in measured)]
     dense = [_float(r.get("dense_ppl" if ppl else "dense_accuracy")) for r in runs]
     dense = [v for v in dense if math.isfinite(v)]
     if dense and data:
@@ -94,6 +100,14 @@ def quality_figure(runs: Sequence[Mapping[str, Any]], metric: str = "ppl", *, re
     layout = base_layout(title, HEIGHT, revision, xaxis={"title": {"text": "sparsity (achieved)"}, "tickformat": ".0%"},
                          yaxis=yaxis, legend={"orientation": "h", "y": -0.2})
     return figure(data, layout)
+
+
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash")  # runs of one series in the layer overlays, in order
+
+
+def _series(run: Mapping[str, Any]) -> str:
+    """The curve a run belongs to: its ``series`` (method, allocation, refinement), else its name."""
+    return str(run.get("series") or run["name"])
 
 
 def fold(points: Sequence[Mapping[str, Any]], key: str, metric: str) -> list[dict[str, Any]]:
