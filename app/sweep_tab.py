@@ -78,12 +78,12 @@ def sweep_configs(settings: SweepSettings, runs_dir: str) -> tuple[list[RunConfi
 
 
 def estimate_line(settings: SweepSettings, runs_dir: str) -> str:
-    """The form's time estimate (``⏱ ≈ 6 min for 9 runs …``), or the one line saying what to change."""
+    """The form's time estimate (``**Estimate** ≈ 6 min for 9 runs …``), or the one line saying what to change."""
     try:
         configs, _ = sweep_configs(settings, runs_dir)
     except ToolkitError as exc:
         return error_status(str(exc))
-    return f"⏱ {estimate(configs, list_runs(runs_dir)).line}"
+    return f"**Estimate** {estimate(configs, list_runs(runs_dir)).line}"
 
 
 def table(points: list[SweepPoint]) -> list[list[Any]]:
@@ -129,7 +129,7 @@ def sweep_stream(settings: SweepSettings, *, runs_dir: str, session: str = "loca
     except ToolkitError as exc:
         yield {"status": error_status(str(exc)), "notice": str(exc), "estimate": error_status(str(exc))}
         return
-    yield {"estimate": f"⏱ {estimate(configs, list_runs(runs_dir)).line}"}
+    yield {"estimate": f"**Estimate** {estimate(configs, list_runs(runs_dir)).line}"}
     job = SESSIONS.begin(session, "sweep")
     line = device_queue(configs[0].device)
     ticket = line.join()

@@ -109,5 +109,5 @@ def test_the_form_shows_the_estimate_before_run(tmp_path: Path) -> None:
     settings = sweep_tab.SweepSettings(model="tiny-llama", methods=["wanda", "magnitude"], sparsities=["30%", "50%"],
                                        protocol=QUICK, seeds="0, 1")
     line = sweep_tab.estimate_line(settings, str(tmp_path))
-    assert line.startswith("⏱ ≈ 8 min for 8 runs") and "no finished run of it yet" in line
+    assert line.startswith("**Estimate** ≈ 8 min for 8 runs") and "no finished run of it yet" in line
     assert list_runs(tmp_path) == []  # estimating runs nothing
