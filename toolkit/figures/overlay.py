@@ -89,7 +89,7 @@ def quality_figure(runs: Sequence[Mapping[str, Any]], metric: str = "ppl", *, re
     dense = [v for v in dense if math.isfinite(v)]
     if dense and data:
         xs = [_float(r.get("achieved_sparsity")) for r in measured]
-        data.append({"type": "scatter", "mode": "lines", "name": f"dense ({dense[0]:.{2 if ppl else 3}g})",
+        data.append({"type": "scatter", "mode": "lines", "name": f"dense ({dense[0]:.{2 if ppl else 3}f})",
                      "x": [0.0, max([v for v in xs if math.isfinite(v)] + [0.7])], "y": [dense[0], dense[0]],
                      "line": {"dash": "dash", "color": "#444"}, "hoverinfo": "skip"})
     if not data:
