@@ -60,6 +60,8 @@ def jupyter_lab(folder: Path) -> Iterator[str]:
 def test_quickstart_dashboard_renders_in_jupyterlab(tmp_path: Path) -> None:
     notebooks = tmp_path / "notebooks"
     shutil.copytree(ROOT / "notebooks", notebooks)
+    subprocess.run([sys.executable, "-m", "nbconvert", "--clear-output", "--inplace",  # 01 is stored executed
+                    str(notebooks / "01_quickstart.ipynb")], check=True, capture_output=True)
     with jupyter_lab(notebooks) as url, browser() as chromium:
         page = chromium.new_page(viewport={"width": WIDTH, "height": 900})
         page.goto(f"{url}/lab/tree/01_quickstart.ipynb")
