@@ -125,3 +125,18 @@ def test_decode_speed_leaves_the_model_as_it_was() -> None:
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     with pytest.raises(ToolkitError, match="empty"):
         decode_tokens_per_s(model, [], "cpu")
+
+
+def test_the_cli_summary_says_what_it_bought() -> None:
+    from toolkit.cli.view import bought_line
+
+    dense = bought(DensePrice(2 * 2**20), torch.nn.Linear(2, 2), torch.device("cpu"),
+                   Accounting(params_before=100, params_after=100, nonzeros_kept=50, sparsity=0.5, bits_per_weight=32,
+                              estimated_bytes=2 * 2**20), None, quantized=False)
+    assert bought_line(dense) == ("bought: 50 of 100 weights kept  stored dense 2.00 MiB (computed) vs dense 2.00 MiB: "
+                                  "not smaller as saved (pruned weights are stored as zeros in a dense checkpoint)")
+    shrunk = {**dense, "stored_as": "shrunk", "bytes_stored": 2**20, "smaller_as_saved": True,
+              "speed": {"device": "cpu", "batch": 1, "new_tokens": 32, "dense_tokens_per_s": 40.0,
+                        "tokens_per_s": 52.5}}
+    assert bought_line(shrunk).endswith("stored shrunk 1.00 MiB (computed) vs dense 2.00 MiB  decode 40.0 → 52.5 "
+                                        "tokens/s (cpu, batch 1, 32 new tokens)")
