@@ -140,9 +140,11 @@ PRESET_SECTIONS = [
         "preset (`--protocol quick`, the app's default): calibration 16 × 128 tokens of `wiki` train (2,048 tokens, "
         "more than the 1,536 inputs of `down_proj`), seed 0; perplexity on the first 16 windows of 128 tokens of "
         "`wiki` test. CPU protocol: 32 × 512 calibration tokens, all 210 windows of 512. Measured on the shared "
-        "2-core development machine while other jobs ran on it: seconds are loose upper bounds.",
-        "python -m benchmarks.bench_preset_ranking --protocol quick --json benchmarks/results/quick_ranking.jsonl\n"
-        "python -m benchmarks.bench_prune --runs fista@50%:bisection=geometric \\\n"
+        "2-core development machine while other jobs ran on it (load average 20-35; one intra-op thread per new run "
+        "but the quick magnitude run, which had two): seconds are loose upper bounds.",
+        "python -m benchmarks.bench_preset_ranking --threads 1 --protocol quick \\\n"
+        "      --json benchmarks/results/quick_ranking.jsonl\n"
+        "OMP_NUM_THREADS=1 python -m benchmarks.bench_prune --runs fista@50%:bisection=geometric \\\n"
         "      --json benchmarks/results/cpu_fista_lambda.jsonl\n"
         "python -m benchmarks.bench_fista_lambda RUN_FOLDER ... --json benchmarks/results/fista_lambda_trace.jsonl",
     ),
