@@ -14,7 +14,7 @@ def test_the_panel_recovers_and_draws_the_loss_live(tmp_path: Path) -> None:
     view = panel.run()
     assert view.status == "finished" and panel.result is not None and panel.result["parent"] == parent.name
     assert list(panel.figure.data[0].x) == [1, 2, 3] and "→" in panel.figure.layout.title.text
-    saved = panel.figure.get_state()["_widget_data"]  # rebuilt at the end: a saved notebook keeps the final curve
+    saved = panel.figure.get_state()["_widget_data"]  # kept in the widget state a saved notebook holds
     assert panel.figure in panel.widget.children and list(saved[0]["x"]) == [1, 2, 3]
     assert "finished" in panel.status.value and "<th>before</th><th>after</th>" in panel.result_html.value
     panel.steps.value = 1

@@ -3,8 +3,8 @@
 - :class:`RecoveryPanel`: run folder, steps, Recover / Cancel, the live loss curve
   (:func:`toolkit.figures.recovery.recovery_figure`) and perplexity before → after.
   ``RecoveryPanel(run).run()`` runs in the cell; the Recover button runs in a background thread so
-  Cancel stays clickable. A finished recovery rebuilds its plot so a saved notebook keeps the final
-  curve; restored without its kernel, the panel says so in one line; making a panel turns off the
+  Cancel stays clickable. A finished recovery writes its curve into the plot's widget state so a saved
+  notebook keeps it; restored without its kernel, the panel says so in one line; making a panel turns off the
   Hugging Face progress bars (as the dashboard does).
 - :func:`recover`: display a panel and run it in the cell; returns the panel (``panel.result`` is
   the new run's result dict).
@@ -28,7 +28,7 @@ from toolkit.notebook.background import BackgroundPanel
 from toolkit.notebook.kernel_note import kernel_note
 from toolkit.notebook.panels import FIELD, FLEX_ROW, PANEL_PX
 from toolkit.notebook.quiet import quiet_progress_bars
-from toolkit.notebook.widgets import _copy_into, kept_figure_widget
+from toolkit.notebook.widgets import _copy_into, keep_final_figure
 from toolkit.run.recover_config import DEFAULT_STEPS
 
 REFRESH = 0.5  # seconds between redraws while a recovery streams
@@ -113,8 +113,7 @@ class RecoveryPanel(BackgroundPanel):
         _copy_into(self.figure, recovery_figure(view))
         if view.status == "finished" and not self._final:  # once: the saved widget state keeps the final curve
             self._final = True
-            self.figure = kept_figure_widget(self.figure)
-            self.widget.children = (*self.widget.children[:3], self.figure, *self.widget.children[4:])
+            keep_final_figure(self.figure)
         if view.status == "finished":
             rows = "".join(f"<tr><td>{name}</td><td>{before:.3f}</td><td>{after:.3f}</td></tr>"
                            for name, before, after in view.result_rows())

@@ -8,9 +8,9 @@
   "generations", the dense and pruned greedy texts side by side (tokens/s). ``Dashboard().run()``
   runs in the cell (widgets refresh as it goes); the Run button runs in a background thread so
   Cancel stays clickable. When a run finishes, its figures are written under the widget as a
-  regular output (images, kept in the saved notebook for every viewer) and the live plots are
-  rebuilt from them (so the saved widget state holds the final figures, not the empty first
-  ones); a widget restored without its kernel says so in one line (:mod:`toolkit.notebook.kernel_note`).
+  regular output (images, kept in the saved notebook for every viewer) and into the live plots'
+  widget state (so a re-opened notebook holds the final figures, not the empty first ones); a
+  widget restored without its kernel says so in one line (:mod:`toolkit.notebook.kernel_note`).
   Making a dashboard turns off the Hugging Face progress bars (:mod:`toolkit.notebook.quiet`).
   :meth:`Dashboard.save` (and the "Save figures" button) writes the figures as PNG/PDF/SVG in a
   paper style.
@@ -74,18 +74,18 @@ def _copy_into(widget: Any, figure: Any) -> None:
         widget.update_layout(figure.layout.to_plotly_json(), overwrite=True)
 
 
-def kept_figure_widget(old: Any) -> Any:
-    """A new FigureWidget showing ``old``'s current figure; ``old`` is closed.
+def keep_final_figure(widget: Any) -> None:
+    """Write FigureWidget ``widget``'s current figure into its synced state, so a saved notebook keeps it.
 
-    A FigureWidget syncs its figure to the browser once, when made; later changes travel as
-    messages that the saved widget state does not keep. A new widget at the end of a run makes the
-    saved state (a re-opened notebook) hold the final figure, not the empty first one.
+    A FigureWidget sets its state (``_widget_data``, ``_widget_layout``) when made or displayed;
+    later changes travel as restyle/relayout messages that the state the kernel holds (what
+    nbclient and nbconvert save) never sees, so a re-opened notebook showed the empty first
+    heat-map. This is the copy plotly's own ``_repr_mimebundle_`` makes; views are not redrawn.
     """
-    import plotly.graph_objects as go
+    from copy import deepcopy
 
-    fresh = go.FigureWidget(old.to_dict())
-    old.close()
-    return fresh
+    widget._widget_layout = deepcopy(widget._layout_obj._props)
+    widget._widget_data = deepcopy(widget._data)
 
 
 def _parse_options(text: str) -> dict[str, str]:
@@ -161,11 +161,8 @@ class Dashboard(BackgroundPanel):
         def row(*children: Any) -> Any:
             return w.HBox(list(children), layout=w.Layout(**FLEX_ROW))
 
-        self._panels: dict[str, Any] = {}
-
         def panel(name: str) -> Any:
-            self._panels[name] = w.Box([self.figures[name]], layout=w.Layout(**PANEL))
-            return self._panels[name]
+            return w.Box([self.figures[name]], layout=w.Layout(**PANEL))
 
         form = w.VBox([row(self.model, self.method, self.sparsity, self.quant),
                        row(self.options, self.nsamples, self.seqlen, self.eval_windows),
@@ -203,16 +200,15 @@ class Dashboard(BackgroundPanel):
                 + ", ".join(self.current_figures())}
 
     def _keep_final_figures(self) -> None:
-        """Write the finished run's figures as images under the widget; rebuild the plots (kept_figure_widget)."""
+        """Write the finished run's figures as images under the widget; keep them in the widget state."""
         figures = self.current_figures()
         self.snapshot = snapshot_html(list(figures.values()),
                                       f"figures of run {self.view.run_id} as images (kept in the saved notebook; "
                                       "if the dashboard above is blank or inert, its kernel is gone: re-run the cell)")
         for handle in self._kept:
             handle.update(self._kept_bundle(), raw=True)
-        for name, old in list(self.figures.items()):
-            self.figures[name] = kept_figure_widget(old)
-            self._panels[name].children = (self.figures[name],)
+        for widget in self.figures.values():
+            keep_final_figure(widget)
 
     def config(self, **overrides: Any) -> RunConfig:
         """The RunConfig of the form (``overrides`` win); raises ToolkitError for bad input."""
