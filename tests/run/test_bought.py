@@ -140,3 +140,12 @@ def test_the_cli_summary_says_what_it_bought() -> None:
                         "tokens_per_s": 52.5}}
     assert bought_line(shrunk).endswith("stored shrunk 1.00 MiB (computed) vs dense 2.00 MiB  decode 40.0 → 52.5 "
                                         "tokens/s (cpu, batch 1, 32 new tokens)")
+
+
+def test_a_model_the_device_cannot_hold_whole_is_not_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    def out_of_memory(*args: Any, **kwargs: Any) -> float:
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    model = load_model("tiny-llama").model
+    monkeypatch.setattr(bought_module, "decode_tokens_per_s", out_of_memory)
+    assert dense_price(model, torch.device("cpu"), torch.arange(20), shrinks=True) == DensePrice(dense_bytes(model))

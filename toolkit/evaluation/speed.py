@@ -47,10 +47,10 @@ def decode_tokens_per_s(model: nn.Module, prompt: Sequence[int], device: torch.d
     target = torch.device(device)
     home = next(model.parameters()).device
     was_training = model.training
-    model.to(target)
-    model.eval()
     rates = []
     try:
+        model.to(target)  # inside the try: a model that does not fit goes back home whole
+        model.eval()
         greedy_ids(model, prompt, WARMUP_TOKENS)  # kernels chosen, caches touched: not timed
         for _ in range(repeats):
             _sync(target)

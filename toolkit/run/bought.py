@@ -23,6 +23,7 @@ after it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ from toolkit.evaluation.speed import BATCH, NEW_TOKENS, PROMPT_TOKENS, decode_to
 from toolkit.run.accounting import Accounting, dense_bytes
 
 STORED_AS = ("dense", "pack-quantized", "shrunk", "shrunk+pack-quantized")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -50,13 +52,19 @@ def dense_price(model: nn.Module, device: torch.device, prompt: torch.Tensor, *,
 
     ``prompt`` is one window of token ids (its first :data:`~toolkit.evaluation.speed.PROMPT_TOKENS`
     are the speed prompt); ``shrinks``: the method removes units (block scope), so the shrunk model's
-    speed will be measured against this one.
+    speed will be measured against this one. A model the device cannot hold whole is not measured
+    (logged; the record's ``speed`` is then None): the run itself moves one layer at a time.
     """
     size = dense_bytes(model)
     if not shrinks:
         return DensePrice(size)
     ids = [int(i) for i in prompt.reshape(-1)[:PROMPT_TOKENS].tolist()]
-    return DensePrice(size, decode_tokens_per_s(model, ids, device), ids)
+    try:
+        return DensePrice(size, decode_tokens_per_s(model, ids, device), ids)
+    except torch.OutOfMemoryError:  # the model is back where it was (decode_tokens_per_s)
+        torch.cuda.empty_cache()
+        log.warning("decode speed not measured: the whole dense model does not fit on %s", device)
+        return DensePrice(size)
 
 
 def stored_as(accounting: Accounting, quantized: bool) -> str:
