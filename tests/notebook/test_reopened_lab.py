@@ -4,7 +4,7 @@ The notebook is executed by nbclient (its kernel ends with it) and saved with it
 opened in JupyterLab in headless Chromium without running anything (signed, as a notebook this
 user saved): the dashboard is restored from its widget state, its heat-map holds the finished
 run's cells, its line says the kernel is gone, and the output under it shows the final figures
-as images.
+as images. Re-running the cell gives a dashboard linked to the new kernel, without the line.
 """
 
 from __future__ import annotations
@@ -82,3 +82,10 @@ def test_a_reopened_dashboard_keeps_its_figures_and_says_its_kernel_is_gone(tmp_
         assert filled and max(filled) == 2 * 7  # tiny-llama: 2 layers × 7 linears, every cell of the final map
         assert _kept_images(page) == 3  # wanda: heat-map, layer error, per-layer sparsity
         assert page.get_by_text(GONE).count() == 1  # one line, once
+        page.locator(".jp-Notebook .jp-Cell").first.click()
+        page.keyboard.press("Escape")
+        for _ in range(2):  # re-run the dashboard's cell: a new dashboard, linked to this kernel
+            page.keyboard.press("Shift+Enter")
+        page.get_by_text("Pick a model").first.wait_for(timeout=180_000)
+        page.wait_for_timeout(3000)
+        assert page.get_by_text(GONE).filter(visible=True).count() == 0  # the line is for a widget without kernel
