@@ -125,3 +125,14 @@ def test_a_run_refused_before_it_started_moves_the_clock_to_the_next() -> None:
     assert clock.stage_line().startswith("fista (2 of 2 to run) · loading the model")
     clock.ended("magnitude", 2.0)  # a second end of the same run changes nothing
     assert clock.index == 1
+
+
+def test_the_first_load_imports_once_and_does_not_set_the_pace() -> None:
+    methods = ("magnitude", "fista")
+    timeline = lesson_events(methods, pace=1.0)
+    shifted = [(at + (100.0 if at > 0 else 0.0), event) for at, event in timeline]  # a first load 100 s longer
+    actual = shifted[-1][0]
+    first_window = next(at for at, e in shifted if isinstance(e, EvalProgress) and e.done == 1)
+    clock = replay(methods, shifted, first_window)
+    assert clock.speed(first_window) == pytest.approx(1.0)
+    assert first_window + clock.seconds_left(first_window) == pytest.approx(actual, rel=0.05)

@@ -18,7 +18,8 @@ minute. The time left is
     (the stage under way: its own pace once two units are done, blended with s × reference)
     + s × Σ reference seconds of the work still to come  − the time already spent on the current unit
 
-Before the first unit is done s = 1: the estimate is the reference profile itself. Torch-free.
+Before the first unit is done s = 1: the estimate is the reference profile itself. The first run's
+load is not a measure of pace (it also imports the libraries once) and stays out of s. Torch-free.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ class LessonClock:
         run = self.runs[self.index]
         if isinstance(event, RunStarted):
             self._sizes(event.num_layers, event.method)
-            self._spend(run, "load", 1, now)
+            self._spend(run, "load", 1, now, paced=self.index > 0)
             self._stage(run, "dense evaluation", "", 0, 0)
         elif isinstance(event, EvalPoint) and event.which == "dense" and event.cached:
             self.dense_cached = True
@@ -173,15 +174,21 @@ class LessonClock:
             run.stage_seconds = 0.0
         run.stage, run.stage_kind, run.stage_done, run.stage_total = name, kind, done, total
 
-    def _spend(self, run: _Run, kind: str, units: float, now: float) -> None:
-        """The time since the last boundary was ``units`` of ``kind`` in ``run``."""
+    def _spend(self, run: _Run, kind: str, units: float, now: float, paced: bool = True) -> None:
+        """The time since the last boundary was ``units`` of ``kind`` in ``run``.
+
+        ``paced=False`` keeps the time out of the speed factor: the first run's load also imports the
+        libraries and reads the token caches once, which no later run repeats (a lesson measured at load 18
+        waited 45 s for it, 5× the later loads, and its estimate at 60 s was 11× the actual).
+        """
         seconds = max(0.0, now - self.boundary) if math.isfinite(now) else 0.0
         self.boundary = now if math.isfinite(now) else self.boundary
         units = min(units, run.left.get(kind, 0.0)) if units else 0.0
         run.left[kind] = run.left.get(kind, 0.0) - units
         if kind == run.stage_kind:
             run.stage_seconds += seconds
-        self.pieces.append((now, seconds, units * self.profile.seconds(kind), kind, units))
+        if paced:
+            self.pieces.append((now, seconds, units * self.profile.seconds(kind), kind, units))
 
     # -- reading -------------------------------------------------------------------------------
     def speed(self, now: float) -> float:
