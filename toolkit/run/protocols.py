@@ -43,8 +43,9 @@ class Protocol:
 QUICK = Protocol("quick", "quick", nsamples=16, seqlen=128, eval_seqlen=128, eval_windows=16)
 CPU = Protocol("cpu", "CPU default", nsamples=32, seqlen=512, eval_seqlen=512, eval_windows=None)
 PAPER = Protocol("paper", "paper", nsamples=128, seqlen=2048, eval_seqlen=2048, eval_windows=None)
-# class: the Lesson's protocol (toolkit/teach/lesson.py), four methods in about 5 minutes on a 2-core CPU: the quick
-# preset's 16 × 128 calibration tokens (≥ down_proj's 1536 inputs), half its evaluation windows.
+# class: the Lesson's protocol (toolkit/teach/lesson.py), four methods in about 4 minutes of CPU work (one thread,
+# benchmarks/results/cpu_lesson_class.jsonl): the quick preset's 16 × 128 calibration tokens (≥ down_proj's 1536
+# inputs), half its evaluation windows.
 CLASS = Protocol("class", "class", nsamples=16, seqlen=128, eval_seqlen=128, eval_windows=8)
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (QUICK, CPU, PAPER)}  # the app lists them in this order
 DEFAULT_PROTOCOL = CPU.name  # the CLI's default: the protocol of docs/results.md
