@@ -62,7 +62,8 @@ def expected_colors(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
         marker = (trace.get("marker") or {}).get("color")
         own = (trace.get("line") or {}).get("color") if kind == "scatter" else None
         colors = [marker] if isinstance(marker, str) else list(marker) if isinstance(marker, list) else []
-        colors = [own] if own else colors or [way[index % len(way)]]
+        markers = "markers" in str(trace.get("mode", "markers")) and isinstance(marker, str) and marker != own
+        colors = ([own, marker] if markers else [own]) if own else colors or [way[index % len(way)]]
         opacity = (trace.get("marker") or {}).get("opacity", 1.0) if kind == "bar" else 1.0
         alpha = float(trace.get("opacity", 1.0)) * (float(opacity) if isinstance(opacity, int | float) else 1.0)
         found += [(f"trace {index} {trace.get('name') or kind}", _on_white(c, alpha)) for c in colors

@@ -87,15 +87,18 @@ def test_the_fallback_png_has_every_colour_of_the_figure() -> None:
     assert len(colors) == 4 and all(png_has_color(pixels, color) for _, color in colors)
 
 
-def test_quiet_progress_bars_switches_transformers_off_before_and_after_its_import() -> None:
+def test_quiet_progress_bars_switches_tqdm_hub_and_transformers_off() -> None:
+    """Called first, every bar is off; called after tqdm's import, the Hugging Face ones are, and it warns."""
     code = ("import sys\nfrom toolkit.notebook.quiet import quiet_progress_bars\n"
-            "{first}\nquiet_progress_bars()\n{then}\n"
+            "{first}\nquiet_progress_bars()\n"
             "from transformers.utils import logging\nfrom huggingface_hub.utils import are_progress_bars_disabled\n"
-            "print(logging.is_progress_bar_enabled(), are_progress_bars_disabled())")
-    for first, then in (("", ""), ("import transformers.utils.logging", "")):
-        done = subprocess.run([sys.executable, "-c", code.format(first=first, then=then)], capture_output=True,
+            "from tqdm import tqdm\n"
+            "print(logging.is_progress_bar_enabled(), are_progress_bars_disabled(), tqdm(range(1)).disable)")
+    for first, tqdm_off in (("", "True"), ("import transformers.utils.logging", "False")):
+        done = subprocess.run([sys.executable, "-c", code.format(first=first)], capture_output=True,
                               text=True, check=True, timeout=300)
-        assert done.stdout.split() == ["False", "True"], (first, done.stdout, done.stderr[-500:])
+        assert done.stdout.split() == ["False", "True", tqdm_off], (first, done.stdout, done.stderr[-500:])
+        assert ("tqdm was imported before" in done.stderr) == (tqdm_off == "False")
 
 
 def test_the_kernel_note_shows_only_on_a_disconnected_widget() -> None:

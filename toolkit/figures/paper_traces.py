@@ -88,6 +88,15 @@ def _colors(value: Any, default: Any) -> Any:
     return default
 
 
+def _scaled(marker: Mapping[str, Any]) -> list[Any]:
+    """Per-point colours of numeric ``marker.color`` on ``marker.colorscale``, cmin..cmax (else the data range)."""
+    values = finite_or_nan(marker["color"])
+    low = float(marker.get("cmin", np.nanmin(values) if np.isfinite(values).any() else 0.0))
+    high = float(marker.get("cmax", np.nanmax(values) if np.isfinite(values).any() else 1.0))
+    cmap = colormap(marker.get("colorscale"))
+    return [cmap((v - low) / (high - low) if high > low else 0.5) for v in values]
+
+
 def draw_trace(fig: Any, ax: Any, trace: Mapping[str, Any], *, bars: Sequence[Mapping[str, Any]],
                barmode: str = "group", color: Any = None) -> None:
     """Draw ``trace`` (a plotly trace dict) on ``ax``; ``bars`` are all bar traces of the figure (for grouping).
@@ -118,17 +127,20 @@ def _scatter(ax: Any, trace: Mapping[str, Any], default: Any) -> None:
         xs = np.arange(len(ys), dtype=np.float64)
     line, marker = trace.get("line") or {}, trace.get("marker") or {}
     points = _colors(marker.get("color"), None)
+    if points is None and marker.get("colorscale") is not None and isinstance(marker.get("color"), Sequence):
+        points = _scaled(marker)  # numbers on a colour scale (rounds of a solver): one colour per point
     color = mpl_color(line.get("color")) or (points if not isinstance(points, list) else None) or default
     style = DASHES.get(str(line.get("dash", "solid")), "--") if "lines" in mode else "none"
     symbol = SYMBOLS.get(str(marker.get("symbol", "circle")), "o") if "markers" in mode else None
     size = marker.get("size")
     size = float(size) * 0.6 if isinstance(size, int | float) else None  # plotly px → points, as line widths
     alpha = float(trace.get("opacity", 1.0))
-    per_point = isinstance(points, list) and symbol is not None
+    per_point = points if isinstance(points, list) and symbol is not None else None
+    own = points if points is not None and not isinstance(points, list) else color  # markers keep their colour
     ax.plot(xs, ys, linestyle=style, marker=None if per_point else symbol, color=color, label=_label(trace),
-            linewidth=line_width(line), markersize=size, alpha=alpha)
-    if per_point:
-        ax.scatter(xs, ys, c=points[: len(xs)], marker=symbol, s=(size or 3.5) ** 2, alpha=alpha, zorder=3)
+            linewidth=line_width(line), markersize=size, alpha=alpha, markerfacecolor=own, markeredgecolor=own)
+    if per_point is not None:
+        ax.scatter(xs, ys, c=per_point[: len(xs)], marker=symbol, s=(size or 3.5) ** 2, alpha=alpha, zorder=3)
     if "text" in mode:
         for x, y, text in zip(xs, ys, trace.get("text") or [], strict=False):
             ax.annotate(plain_text(text), (x, y), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=6)
