@@ -136,3 +136,21 @@ def test_the_first_load_imports_once_and_does_not_set_the_pace() -> None:
     clock = replay(methods, shifted, first_window)
     assert clock.speed(first_window) == pytest.approx(1.0)
     assert first_window + clock.seconds_left(first_window) == pytest.approx(actual, rel=0.05)
+
+
+def test_the_run_under_way_is_timed_at_its_own_pace_once_its_layers_show_it() -> None:
+    methods = ("magnitude", "fista")
+    profile = Profile(load=2.0, window=0.5, prompt=1.0, capture=0.5, finish=0.1, layer={"magnitude": 1.0, "fista": 4.0},
+                      default_layer=2.0, layers=20, prompts=2)
+    clock = LessonClock(profile, methods, WINDOWS, 0.0)
+    clock.index = 1  # magnitude is done; fista prunes at 3× its reference, everything else at the reference
+    run = clock.runs[1]
+    run.left = {"layer:fista": 20.0}
+    now = 0.0
+    for layer in range(10):
+        clock.apply(LayerStarted(layer=layer, num_layers=20, groups=[]), now)
+        now += 12.0
+        clock.apply(LayerDone(layer=layer, num_layers=20, output_rel_error=0.1, seconds=12.0), now)
+    weight = 10 / 12  # OWN_PACE_AFTER = 2
+    assert clock.seconds_left(now) == pytest.approx(10 * (weight * 12.0 + (1 - weight) * 4.0 * clock.speed(now)))
+    assert clock.seconds_left(now) > 10 * 10.0  # near the 120 s the run still needs, not the reference's 40 s

@@ -170,7 +170,7 @@ class LessonClock:
             self._stage(run, "calibration: capturing layer 0's inputs", "capture", 0, 0)
 
     def _stage(self, run: _Run, name: str, kind: str, done: int, total: int) -> None:
-        if name != run.stage:
+        if kind != run.stage_kind:  # a new kind of work; the next layer of the same pruning keeps its pace
             run.stage_seconds = 0.0
         run.stage, run.stage_kind, run.stage_done, run.stage_total = name, kind, done, total
 
