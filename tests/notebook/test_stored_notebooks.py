@@ -24,7 +24,8 @@ from tests.notebook.saved_figures import (
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 ALL = sorted(path.name for path in NOTEBOOKS.glob("*.ipynb"))
-WITH_OUTPUTS = ("01_quickstart.ipynb", "05_inside_fista.ipynb")  # committed executed, so every viewer shows them
+# committed executed, so every viewer shows them
+WITH_OUTPUTS = ("01_quickstart.ipynb", "03_pruning_meets_quantization.ipynb", "05_inside_fista.ipynb")
 
 
 def _code(name: str) -> list[nbformat.NotebookNode]:
