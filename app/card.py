@@ -46,7 +46,13 @@ def ppl_text(view: RunView, digits: int = 2) -> str:
 
 
 def elapsed_text(view: RunView, now: float) -> str:
-    """The run's time (``3 min 20 s``, ``4.2 s``): start to end, or the pruning time when no clock saw it."""
+    """The run's time (``3 min 20 s``, ``4.2 s``) start to end; ``pruning 4.2 s`` when no clock saw it.
+
+    A replay of a run stored before its events were stamped has no start: only its prune time is known,
+    and it is named as such (the status line says ``elapsed not recorded``).
+    """
+    if not math.isfinite(view.started_at):
+        return f"pruning {format_seconds(view.prune_seconds, tenths=True)}"
     return format_seconds(view.elapsed(now), tenths=True)
 
 
@@ -87,8 +93,12 @@ def card_markdown(view: RunView, now: float) -> str:
     if view.compression.get("quant"):
         columns.append(("bits per weight", f"**{_num(view.bits_per_weight, '.2f')}** (scales counted)"))
     columns += _bought_columns(view)
-    prune = f" (pruning {format_seconds(view.prune_seconds, tenths=True)})" if math.isfinite(view.prune_seconds) else ""
-    columns.append(("time", f"{elapsed_text(view, now)}{prune}"))
+    if not math.isfinite(view.started_at):  # an older run's replay: its prune time, the elapsed time not recorded
+        columns.append(("time", f"{elapsed_text(view, now)} (elapsed not recorded)"))
+    else:
+        prune = f" (pruning {format_seconds(view.prune_seconds, tenths=True)})" \
+            if math.isfinite(view.prune_seconds) else ""
+        columns.append(("time", f"{elapsed_text(view, now)}{prune}"))
     table = ["| " + " | ".join(name for name, _ in columns) + " |", "|" + "---|" * len(columns),
              "| " + " | ".join(value for _, value in columns) + " |"]
     return "\n".join([*table, "", bought_sentence(view)])

@@ -1,12 +1,16 @@
 """The Runs tab: the run store as a table; open a past run and replay its plots from events.jsonl.
 
-A replay shows what the live run showed, and nothing of another kind: a pruning run its heat-map,
-layer errors and the panels its method fills (solver, λ, ranking, kept units, per-layer sparsity,
-DSnoT's refinement); a recovery run its loss curve, perplexity before → after, training time and
-data, and a button to open its parent. Events are folded at the run store's stamps, so the elapsed
-time is the live run's. A folder edited by hand (unreadable JSON, odd values, broken event lines)
-shows as a row marked ``damaged`` or as warnings in the replay, never as an exception; a run whose
-files were deleted gets one line.
+The table names each run as Compare does (:mod:`toolkit.compare.names`: ``FISTAPruner 50% · OWL ·
+DSnoT``, told apart within a model by seed, then start time), with its run id beside it; a pruning
+run's time is its prune time, a recovery's its training time, each in its own column.
+
+A replay shows what the live run showed, and nothing of another kind: a pruning run the Run tab's
+result card (:mod:`app.card`), its heat-map, layer errors and the panels its method fills (solver,
+λ, ranking, kept units, per-layer sparsity, DSnoT's refinement); a recovery run its loss curve,
+perplexity before → after, training time and data, and a button to open its parent. Events are
+folded at the run store's stamps, so the elapsed time is the live run's. A folder edited by hand
+(unreadable JSON, odd values, broken event lines) shows as a row marked ``damaged`` or as warnings
+in the replay, never as an exception; a run whose files were deleted gets one line.
 """
 
 import json
@@ -18,6 +22,7 @@ from typing import Any
 from app import howto, recover_panel, views
 from app.howto import Plot
 from toolkit.api import list_runs, open_run
+from toolkit.compare import names as run_names
 from toolkit.errors import ToolkitError
 from toolkit.events import RunStarted
 from toolkit.figures.recovery import recovery_figure
@@ -28,9 +33,10 @@ from toolkit.store.runs import RunRecord
 
 log = logging.getLogger(__name__)
 RECOVER = "recover"  # a recovery run's method (toolkit.run.recover_config.METHOD; the app never imports torch)
-# the method options (any length) come last, so they never push perplexity off a laptop screen
-COLUMNS = ("run", "model", "method", "compression", "achieved", "perplexity", "dense perplexity", "prune s", "status",
-           "options")
+# the run id and the method options (any length) come last, so they never push perplexity off a laptop screen;
+# a pruning run's time is its prune time, a recovery's the time it trained (result.json keeps both as prune_seconds)
+COLUMNS = ("run", "model", "compression", "achieved", "perplexity", "dense perplexity", "prune s", "training s",
+           "status", "run id", "options")
 
 
 def _number(value: Any, digits: int = 3) -> Any:
@@ -45,18 +51,34 @@ def _first(mapping: Any) -> Any:
     return next(iter(mapping.values()), None) if isinstance(mapping, dict) and mapping else None
 
 
-def row(record: RunRecord) -> list[Any]:
-    """One table row; a record whose files hold the wrong types becomes a ``damaged`` row."""
+def row(record: RunRecord, name: str | None = None) -> list[Any]:
+    """One table row (:data:`COLUMNS`), the run called ``name`` (default :func:`toolkit.compare.names.run_name`).
+
+    A record whose files hold the wrong types becomes a ``damaged`` row.
+    """
     try:
         config, result = dict(record.config), record.result if isinstance(record.result, dict) else {}
         options = config.get("options") or {}
         text = ", ".join(f"{k}={v}" for k, v in options.items()) if isinstance(options, dict) else str(options)
-        return [record.run_id, str(config.get("model", "?")), str(config.get("method", "?")),
-                record.label, _number(result.get("achieved_sparsity"), 4),
+        seconds = _number(result.get("prune_seconds"), 1)
+        recovery = config.get("method") == RECOVER
+        return [name or run_names.run_name(record), str(config.get("model", "?")), record.label,
+                _number(result.get("achieved_sparsity"), 4),
                 _number(_first(result.get("ppl"))), _number(_first(result.get("dense_ppl"))),
-                _number(result.get("prune_seconds"), 1), status_text(record), text]
+                None if recovery else seconds, seconds if recovery else None, status_text(record), record.run_id,
+                text]
     except (TypeError, ValueError, AttributeError) as exc:
-        return [record.run_id, "?", "?", "?", None, None, None, None, f"damaged: {exc}", ""]
+        return [name or record.run_id, "?", "?", None, None, None, None, None, f"damaged: {exc}", record.run_id, ""]
+
+
+def table_names(records: list[RunRecord]) -> dict[str, str]:
+    """Run id → name, as Compare names runs: distinct among the runs of one model (seed, then start time)."""
+    by_model: dict[str, list[RunRecord]] = {}
+    for record in records:
+        config = record.config if isinstance(record.config, dict) else {}
+        by_model.setdefault(str(config.get("model", "?")), []).append(record)
+    return {record.run_id: name for group in by_model.values()
+            for name, record in zip(run_names.run_names(group), group, strict=True)}
 
 
 def status_text(record: RunRecord) -> str:
@@ -73,7 +95,9 @@ def runs_table(runs_dir: str) -> dict[str, Any]:
     message = f"{len(records)} runs in `{runs_dir}`"
     if damaged:
         message += f" · ⚠ {damaged} damaged (see the status column)"
-    return {"rows": [row(r) for r in records], "choices": [r.run_id for r in records], "message": message}
+    named = table_names(records)
+    return {"rows": [row(r, named[r.run_id]) for r in records], "choices": [r.run_id for r in records],
+            "message": message}
 
 
 SECTIONS: dict[str, tuple[str, ...]] = {  # rows of the replay, each shown only when a panel in it is
@@ -138,7 +162,7 @@ def _recovery_replay(record: RunRecord, events: list[Any], times: list[float]) -
     fraction = view.step / view.steps if view.steps else 0.0
     status = (f"**{words.get(view.status, '')} {view.status_line()}** · {clock}\n\n"
               f'<progress value="{fraction:.3f}" max="1"></progress>')
-    return {"status": status, "loss": recovery_figure(view), "result": recovery_markdown(view, elapsed),
+    return {"status": status, "loss": recovery_figure(view), "result": recovery_markdown(view, elapsed), "card": "",
             "warnings": "\n".join(view.warnings), "generations": "", "traces": [], "parent": view.parent,
             "visible": {name: name == "loss" for name in PANELS}}
 
@@ -182,15 +206,16 @@ def _fmt(value: float) -> str:
 def _refused(message: str) -> dict[str, Any]:
     """One line and every panel hidden: nothing of an earlier replay stays on the page beside the message."""
     return {"status": f"**⚠ {message}**", "visible": dict.fromkeys(PANELS, False), "traces": [], "parent": "",
-            "result": "", "warnings": "", "generations": ""}
+            "card": "", "result": "", "warnings": "", "generations": ""}
 
 
 def replay_view(run_id: str, runs_dir: str) -> dict[str, Any]:
     """The Runs-tab outputs of a stored run, replayed from its events: the panels of its kind only.
 
-    Keys: status, the figures in :data:`PANELS` that it shows, ``visible`` (panel → shown), warnings,
-    result, generations, ``traces`` (its traced linears), ``parent`` (a recovery's parent run, else
-    ""), and for a pruning run the run's own notes under the explanations. A run that cannot be
+    Keys: status, the figures in :data:`PANELS` that it shows, ``visible`` (panel → shown), ``card``
+    (a finished pruning run's result card, as the Run tab shows it; "" otherwise), warnings, result,
+    generations, ``traces`` (its traced linears), ``parent`` (a recovery's parent run, else ""), and
+    for a pruning run the run's own notes under the explanations. A run that cannot be
     replayed (its folder or events.jsonl deleted, unreadable) gets one line and no panels.
     """
     if not run_id:
@@ -255,14 +280,16 @@ def build(gr: Any, *, runs_dir: str) -> dict[str, Any]:
         chosen = gr.Dropdown(choices=[], label="Run", scale=3, elem_id="runs-pick")
         open_button = gr.Button("Open and replay", variant="primary", scale=1, elem_id="runs-open")
     status = gr.Markdown(elem_id="runs-status")
-    result = gr.Markdown(elem_id="runs-result")  # the answer first, then the panels
+    card = gr.Markdown(elem_id="runs-card")  # the answer first, as the Run tab's card, then the details and panels
+    result = gr.Markdown(elem_id="runs-result")
     parent = gr.Button("Open the parent run", visible=False, size="sm", elem_id="runs-parent")
     recover_panel.build(gr, runs_dir=runs_dir, chosen=chosen)  # fine-tune the picked run, its masks kept
     outputs, sections, trace = _layout(gr)
     warnings = gr.Textbox(label="Warnings", lines=2, max_lines=8, interactive=False, visible=False,
                           elem_id="runs-warnings")
     generations = gr.HTML(elem_id="runs-generations")
-    outputs.update({"status": status, "warnings": warnings, "result": result, "generations": generations})
+    outputs.update({"status": status, "card": card, "warnings": warnings, "result": result,
+                    "generations": generations})
     parent_of = gr.State("")  # the parent of the run this page opened last (a recovery's), for the parent button
 
     def on_refresh() -> list[Any]:

@@ -223,7 +223,8 @@ def test_runs_table_survives_hand_edits(tmp_path: Path) -> None:
     hand_edit(weird, "result.json", json.dumps({"ppl": "high", "achieved_sparsity": "half"}))
     table = runs_tab.runs_table(str(tmp_path))
     assert "3 damaged" in table["message"] and len(table["rows"]) == 4
-    rows = {row[0]: dict(zip(runs_tab.COLUMNS, row, strict=True)) for row in table["rows"]}
+    rows = {row[runs_tab.COLUMNS.index("run id")]: dict(zip(runs_tab.COLUMNS, row, strict=True))
+            for row in table["rows"]}
     assert rows[good.name]["options"] == "a=1" and rows[good.name]["perplexity"] == 25.0
     assert runs_tab.COLUMNS[-1] == "options"  # any length, last: perplexity stays on screen
     assert rows[odd.name]["status"].startswith("damaged")

@@ -244,3 +244,57 @@ def test_an_interrupted_recovery_replays_the_steps_it_made(tmp_path: Path) -> No
     assert update["status"].startswith("**⚠ interrupted · recover run p1 (50%) · step 2 of 4")
     assert "elapsed 20 min 40 s" in update["status"] and list(update["loss"].data[0].y) == [4.0, 3.5]
     assert update["result"].startswith("No result: the recovery was interrupted")
+
+
+# -- the table names runs as Compare does; a recovery's time is its training time -----------------------------
+def test_the_table_names_runs_by_method_target_allocation_and_refinement(tmp_path: Path) -> None:
+    owl = write_run(tmp_path, {"model": "tiny-llama", "method": "fista", "sparsity": "50%", "allocation": "owl:5,0.08",
+                               "refine": "dsnot:50"})
+    seeds = [write_run(tmp_path, {"model": "tiny-llama", "method": "wanda", "sparsity": "60%", "seed": seed})
+             for seed in (0, 1)]
+    other = write_run(tmp_path, {"model": "smollm2-135m", "method": "wanda", "sparsity": "60%", "seed": 0})
+    table = runs_tab.runs_table(str(tmp_path))
+    rows = {row[runs_tab.COLUMNS.index("run id")]: dict(zip(runs_tab.COLUMNS, row, strict=True))
+            for row in table["rows"]}
+    assert rows[owl.name]["run"] == "FISTAPruner 50% · OWL · DSnoT"
+    assert [rows[path.name]["run"] for path in seeds] == ["Wanda 60% · seed 0", "Wanda 60% · seed 1"]
+    assert rows[other.name]["run"] == "Wanda 60%"  # another model: its own name, told apart by the model column
+    assert rows[owl.name]["prune s"] == 1.5 and rows[owl.name]["training s"] is None
+    assert sorted(table["choices"]) == sorted(rows)  # the picker still takes run ids
+    assert not any(row["run"].endswith(row["run id"][-4:]) for row in rows.values())  # no hash suffix
+
+
+def test_a_recovery_row_shows_its_training_time_not_as_prune_time(tmp_path: Path) -> None:
+    events = recovery_events([4.0, 3.5])
+    run_id = stored(tmp_path, events, [float(i) for i in range(len(events))], method="recover", sparsity="50%")
+    (row,) = runs_tab.runs_table(str(tmp_path))["rows"]
+    named = dict(zip(runs_tab.COLUMNS, row, strict=True))
+    assert named["run id"] == run_id and named["run"] == "recover 50%"
+    assert named["training s"] == 1.0 and named["prune s"] is None  # result.json's prune_seconds of a recovery
+
+
+# -- a replay shows the Run tab's result card -----------------------------------------------------------------
+def test_a_replayed_pruning_run_shows_the_run_tabs_result_card(tmp_path: Path) -> None:
+    events = run_events("r", 2)
+    times = [10.0 + i * 0.25 for i in range(len(events) - 1)] + [53.0]
+    update = runs_tab.replay_view(stored(tmp_path, events, times), str(tmp_path))
+    text = update["card"]
+    assert "| perplexity (wiki, 4 × 64 tokens) |" in text and "**20.00 → 25.00 (+25%)**" in text
+    assert "| 43.0 s (pruning 1.5 s) |" in text and "*This run was recorded before" in text
+    assert "ppl 20.00 → 25.00 (+25%) · 43.0 s" in update["status"]  # the card and the status line agree
+
+
+def test_an_unstamped_replay_says_its_prune_time_as_prune_time_in_the_card_and_the_status(tmp_path: Path) -> None:
+    update = runs_tab.replay_view(stored(tmp_path, run_events("r", 2), None), str(tmp_path))
+    assert "elapsed not recorded (an older run)" in update["status"]
+    assert "· pruning 1.5 s" in update["status"] and "· 1.5 s" not in update["status"]
+    assert "| pruning 1.5 s (elapsed not recorded) |" in update["card"]
+
+
+def test_no_card_for_a_recovery_an_unfinished_run_or_a_refused_replay(tmp_path: Path) -> None:
+    events = recovery_events([4.0])
+    recovery = stored(tmp_path, events, [float(i) for i in range(len(events))], method="recover")
+    stopped = run_events("r", 2, finished=False)
+    unfinished = stored(tmp_path, stopped, [float(i) for i in range(len(stopped))])
+    for run_id in (recovery, unfinished, "no-such-run"):
+        assert runs_tab.replay_view(run_id, str(tmp_path))["card"] == ""  # nothing of an earlier replay stays

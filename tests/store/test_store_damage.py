@@ -96,7 +96,8 @@ def test_damage_degrades_one_row(kind: str, store: tuple[Path, Path, Path], caps
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     assert "finished" in lines[good.name] and "damaged: " in lines[victim.name] and why in lines[victim.name]
     table = runs_tab.runs_table(str(root))
-    status = {row[0]: row[runs_tab.COLUMNS.index("status")] for row in table["rows"]}
+    key, column = runs_tab.COLUMNS.index("run id"), runs_tab.COLUMNS.index("status")
+    status = {row[key]: row[column] for row in table["rows"]}
     assert status[good.name] == "finished" and status[victim.name].startswith("damaged: ")
     assert "1 damaged" in table["message"]
     replay = runs_tab.replay_view(victim.name, str(root))
