@@ -13,6 +13,19 @@ and a SparseGPT run of the same protocol (:mod:`benchmarks.dashboard_embedded`).
 
 Usage: ``python -m benchmarks.dashboard_screens [--model tiny-llama] [--repeats 5] [--assets assets]
 [--no-screens] [--nsamples N] [--cold-dense] [--out result.json]``
+
+The docs' other screenshots, each at 1440 × 900, are subcommands:
+
+- ``answer [--assets assets] [--extra DIR]``: the Run tab's first view (``dashboard_first_view.png``)
+  and a finished default run on the embedded model (``dashboard_run.png``: Wanda 50 %, quick
+  preset, from an empty store); prints the page heights, the click-to-finished time, the status
+  line, the result card and where the status, card and heat-map sit at 1440 × 900 and 1280 × 720
+  (``--extra`` also saves the 1280 × 720 view and the whole page there);
+- ``replay RUNS_DIR RUN_ID [--out assets/runs_replay_recovery.png]``: a stored run (a recovery in the
+  docs) opened and replayed in the Runs tab; prints its status line and result;
+- ``overlay RUNS_DIR LABEL... [--out assets/dashboard_overlay.png] [--sweep]``: Compare overlaying the
+  runs picked by their labels (``smollm2-135m · Wanda 50% · seed 0``); prints Compare's message, and
+  with ``--sweep`` the Sweep tab's time estimate for one and two seeds (and saves it beside ``--out``).
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ from pathlib import Path
 from benchmarks.dashboard_embedded import capture, cold_dense_cache, measured_run, plain_run, stored_results
 from tests.helpers.browser_app import (
     browser,
+    dom_click,
     first_cell_seconds,
     first_running_seconds,
     open_page,
@@ -36,6 +50,7 @@ from tests.helpers.browser_app import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+TITLE = (__doc__ or "").splitlines()[0]
 
 
 def measure(chromium: object, url: str, method: str) -> dict[str, float | None]:
@@ -72,9 +87,9 @@ def compare_screen(chromium: object, url: str, assets: Path, compact: bool = Fal
     page.get_by_role("tab", name="Compare masks").click()
     page.click("#compare-refresh")
     page.wait_for_timeout(500)
-    for label in ("wanda 50%", "sparsegpt 50%"):
+    for name in ("Wanda 50%", "SparseGPT 50%"):  # labels as Compare lists them: model · name (· seed or time)
         page.click("#compare-runs input")
-        page.locator(f'li[aria-label*="· {label} ·"]').first.click()
+        page.locator(f'li[aria-label*="· {name}"]').first.click()
     page.keyboard.press("Escape")
     page.wait_for_timeout(800)
     page.click("#compare-button")
@@ -88,6 +103,8 @@ def compare_screen(chromium: object, url: str, assets: Path, compact: bool = Fal
 
 
 EMBEDDED = "smollm2-135m"
+DOCS_VIEWPORT = (1440, 900)
+SCREENS = ("answer", "replay", "overlay")
 
 
 def tiny_report(args: argparse.Namespace, assets: Path) -> dict:
@@ -100,7 +117,7 @@ def tiny_report(args: argparse.Namespace, assets: Path) -> dict:
             compare_screen(chromium, url, assets)
     report = {"model": "tiny-llama", "method": args.method, "repeats": args.repeats}
     for key in ("run_started", "first_cell"):
-        values = [s[key] for s in samples if s[key] is not None]
+        values = [value for sample in samples if (value := sample[key]) is not None]
         # a run that ends between two refreshes never shows "running": counted as not seen, not as a time
         report[f"click_to_{'run_started' if key == 'run_started' else 'first_heatmap_cell'}_s"] = {
             "median": round(statistics.median(values), 3) if values else None,
@@ -129,8 +146,136 @@ def embedded_report(args: argparse.Namespace, assets: Path) -> dict:
             "threads": os.environ.get("OMP_NUM_THREADS", "unset"), **measured, "runs": runs_stored}
 
 
+def answer_screens(assets: Path, extra: Path | None) -> dict:
+    """The Run tab before a run and after the default run on the embedded model, with where the answer sits."""
+    import time
+
+    report: dict = {"model": EMBEDDED}
+    with tempfile.TemporaryDirectory() as runs, serve(runs, model=EMBEDDED) as url, browser() as chromium:
+        page = open_page(chromium, url, *DOCS_VIEWPORT)
+        page.wait_for_timeout(2000)
+        report["page_height_before_px"] = page.evaluate("document.documentElement.scrollHeight")
+        page.screenshot(path=str(assets / "dashboard_first_view.png"))
+        start = time.monotonic()
+        page.click("#run-button")
+        wait_for_text(page, "#run-status", "✓ finished", timeout=3600)
+        report["click_to_finished_s"] = round(time.monotonic() - start, 1)
+        page.wait_for_timeout(2000)
+        page.evaluate("window.scrollTo(0, 0)")
+        report["page_height_after_px"] = page.evaluate("document.documentElement.scrollHeight")
+        report["status"], report["card"] = page.inner_text("#run-status"), page.inner_text("#run-card")
+        for width, height in (DOCS_VIEWPORT, (1280, 720)):
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_timeout(1000)
+            page.evaluate("window.scrollTo(0, 0)")
+            report[f"{width}x{height}"] = {selector: page.locator(selector).first.bounding_box() for selector in
+                                           ("#run-status", "#run-card", "#run-card td strong", "#run-heatmap")}
+            if (width, height) == DOCS_VIEWPORT:
+                page.screenshot(path=str(assets / "dashboard_run.png"))
+            elif extra is not None:
+                page.screenshot(path=str(extra / f"dashboard_run_{width}x{height}.png"))
+        if extra is not None:
+            page.set_viewport_size(dict(zip(("width", "height"), DOCS_VIEWPORT, strict=True)))
+            page.wait_for_timeout(500)
+            page.screenshot(path=str(extra / "dashboard_run_full.png"), full_page=True)
+    return report
+
+
+def replay_screen(runs_dir: str, run_id: str, out: Path) -> dict:
+    """A stored run opened and replayed in the Runs tab, its status line at the top of the view."""
+    with serve(runs_dir) as url, browser() as chromium:
+        page = open_page(chromium, url, *DOCS_VIEWPORT)
+        page.get_by_role("tab", name="Runs").click()
+        page.wait_for_selector("#runs-message:has-text('runs in')")
+        pick(page, "runs-pick", run_id)
+        dom_click(page, "#runs-open")
+        wait_for_text(page, "#runs-status", "✓ finished", timeout=120)
+        page.wait_for_selector("[id^='runs-'] .js-plotly-plot", timeout=60_000)  # its first panel drawn
+        page.wait_for_timeout(1500)
+        _top(page, "#runs-status")
+        page.screenshot(path=str(out))
+        return {"run_id": run_id, "status": page.inner_text("#runs-status"), "card": page.inner_text("#runs-card"),
+                "result": page.inner_text("#runs-result")}
+
+
+def overlay_screen(runs_dir: str, labels: list[str], out: Path, sweep: bool) -> dict:
+    """Compare overlaying the runs picked by label; with ``sweep``, the Sweep tab's estimate for one and two seeds."""
+    report: dict = {"labels": labels}
+    with serve(runs_dir, model=EMBEDDED) as url, browser() as chromium:
+        page = open_page(chromium, url, *DOCS_VIEWPORT)
+        page.get_by_role("tab", name="Compare masks").click()
+        page.click("#compare-refresh")
+        page.wait_for_timeout(1500)
+        for label in labels:
+            pick(page, "compare-runs", label)
+        page.keyboard.press("Escape")
+        page.wait_for_function("() => document.querySelector('#compare-linear input').value !== ''",
+                               timeout=60_000)
+        page.click("#compare-button")
+        wait_for_text(page, "#compare-message", "IoU", timeout=300)
+        page.wait_for_selector("#compare-overlay-error .legend", timeout=60_000)
+        page.wait_for_timeout(1500)
+        _top(page, "#compare-runs")
+        page.screenshot(path=str(out))
+        report["message"] = page.inner_text("#compare-message")
+        if sweep:
+            page.get_by_role("tab", name="Sweep").click()
+            page.wait_for_selector("#sweep-estimate")
+            for seeds in ("4", "0, 1"):
+                page.fill("#sweep-seeds textarea, #sweep-seeds input", seeds)
+                page.keyboard.press("Tab")
+                page.wait_for_timeout(2500)
+                report[f"sweep_estimate_seeds_{seeds.replace(', ', '_')}"] = page.inner_text("#sweep-estimate")
+            page.screenshot(path=str(out.with_name(f"{out.stem}-sweep{out.suffix}")))
+    return report
+
+
+def _top(page: object, selector: str) -> None:
+    """Scroll ``selector`` to the top of the view, 12 px below the edge."""
+    page.evaluate(f"document.querySelector({json.dumps(selector)}).scrollIntoView({{block: 'start'}})")  # type: ignore[attr-defined]
+    page.evaluate("window.scrollBy(0, -12)")  # type: ignore[attr-defined]
+    page.wait_for_timeout(800)  # type: ignore[attr-defined]
+
+
+def screens(argv: list[str]) -> dict | None:
+    """The ``answer``, ``replay`` and ``overlay`` subcommands' report; None when ``argv`` names none."""
+    if not argv or argv[0] not in SCREENS:
+        return None
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.dashboard_screens", description=TITLE)
+    commands = parser.add_subparsers(dest="screen", required=True)
+    answer = commands.add_parser("answer", help="the Run tab's first view and a finished default run (embedded model)")
+    answer.add_argument("--assets", default=str(ROOT / "assets"))
+    answer.add_argument("--extra", default=None, help="also save the 1280 × 720 view and the whole page here")
+    replay = commands.add_parser("replay", help="a stored run replayed in the Runs tab")
+    replay.add_argument("runs_dir")
+    replay.add_argument("run_id")
+    replay.add_argument("--out", default=str(ROOT / "assets" / "runs_replay_recovery.png"))
+    overlay = commands.add_parser("overlay", help="Compare overlaying runs picked by their labels")
+    overlay.add_argument("runs_dir")
+    overlay.add_argument("labels", nargs="+", help="labels as Compare lists them: 'smollm2-135m · Wanda 50%% · seed 0'")
+    overlay.add_argument("--out", default=str(ROOT / "assets" / "dashboard_overlay.png"))
+    overlay.add_argument("--sweep", action="store_true", help="also the Sweep tab's estimate for one and two seeds")
+    args = parser.parse_args(argv)
+    if args.screen == "answer":
+        extra = Path(args.extra) if args.extra else None
+        for folder in (Path(args.assets), extra):
+            if folder is not None:
+                folder.mkdir(parents=True, exist_ok=True)
+        return answer_screens(Path(args.assets), extra)
+    if args.screen == "replay":
+        return replay_screen(args.runs_dir, args.run_id, Path(args.out))
+    return overlay_screen(args.runs_dir, args.labels, Path(args.out), args.sweep)
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    import sys
+
+    chosen = screens(sys.argv[1:])
+    if chosen is not None:
+        print(json.dumps(chosen, indent=2, ensure_ascii=False))
+        return 0
+    parser = argparse.ArgumentParser(description=TITLE,
+                                     epilog="Subcommands (each with its own --help): " + ", ".join(SCREENS))
     parser.add_argument("--model", default="tiny-llama", choices=("tiny-llama", EMBEDDED))
     parser.add_argument("--repeats", type=int, default=5, help="clicks measured (tiny-llama)")
     parser.add_argument("--method", default="wanda", help="method of the latency runs")
