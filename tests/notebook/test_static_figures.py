@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 import sys
 from typing import Any
@@ -20,6 +21,7 @@ from toolkit.figures import run as viz_run
 from toolkit.figures.paper import png_bytes, to_matplotlib
 from toolkit.figures.static import fallback_bundle
 from toolkit.notebook.kernel_note import CLASS, DISCONNECTED, GONE, kernel_note, kernel_note_html
+from toolkit.notebook.quiet import HUB_SWITCH, TQDM_SWITCH
 
 
 def _bars_with_reference() -> go.Figure:
@@ -94,9 +96,10 @@ def test_quiet_progress_bars_switches_tqdm_hub_and_transformers_off() -> None:
             "from transformers.utils import logging\nfrom huggingface_hub.utils import are_progress_bars_disabled\n"
             "from tqdm import tqdm\n"
             "print(logging.is_progress_bar_enabled(), are_progress_bars_disabled(), tqdm(range(1)).disable)")
+    clean = {k: v for k, v in os.environ.items() if k not in (TQDM_SWITCH, HUB_SWITCH)}  # a dashboard test set them
     for first, tqdm_off in (("", "True"), ("import transformers.utils.logging", "False")):
-        done = subprocess.run([sys.executable, "-c", code.format(first=first)], capture_output=True,
-                              text=True, check=True, timeout=300)
+        done = subprocess.run([sys.executable, "-c", code.format(first=first)], capture_output=True, text=True,
+                              check=True, timeout=300, env=clean)
         assert done.stdout.split() == ["False", "True", tqdm_off], (first, done.stdout, done.stderr[-500:])
         assert ("tqdm was imported before" in done.stderr) == (tqdm_off == "False")
 
