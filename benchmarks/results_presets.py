@@ -91,7 +91,7 @@ def render_presets(paths: list[Path]) -> Lines:
     if dense_quick:
         lines += ["", f"Dense perplexity on the quick preset's windows: {next(iter(dense_quick.values())):.2f} "
                   "(CPU protocol: the grid's dense 14.70). A rank counts the four other methods plus the FISTAPruner "
-                  "row of the default search (a FISTAPruner row is ranked with itself in that place)."]
+                  "row of the default search; the log-λ row is ranked as if it took the default's place."]
     lines += ["", "Best first, with the default FISTAPruner:", "",
               _ranking_line("quick preset", quick, DEFAULT_FISTA),
               _ranking_line("CPU protocol", cpu, DEFAULT_FISTA)]
