@@ -64,7 +64,10 @@ LESSON_CLASS_SECTIONS = [
         "no dense-perplexity cache. Measured on the shared 2-core development machine while other jobs ran on it, "
         "the benchmark under `nice -n 10`: the load average column says how shared it was. The runs compute on one "
         "thread, so the process's CPU seconds are the lesson's work; a core to itself would bring the wall time near "
-        "them (not measured: the machine was never free).",
+        "them (not measured: the machine was never free). Rows in the order measured, each with the clock of its "
+        "day: (1) the reference profile pieced from single runs; (2) the first lesson's measured profile; (3) as (2), "
+        "the first run's load kept out of the pace; (4) as (3), the run under way timed at its own pace across its "
+        "layers (it was reset at every layer before).",
         "nice -n 10 python -m benchmarks.bench_lesson_class --json benchmarks/results/cpu_lesson_class.jsonl",
     ),
 ]
