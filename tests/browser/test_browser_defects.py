@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from app.compare_tab import run_choices
 from tests.helpers.browser_app import (
     Gate,
     chromium_path,
@@ -83,10 +84,11 @@ def drawn(page: Any, selector: str) -> dict[str, Any] | None:
 
 
 def choose_runs(page: Any, paths: list[Path]) -> None:
-    """Add the runs at ``paths`` to the Compare tab's selection."""
+    """Add the runs at ``paths`` to the Compare tab's selection, by the names Compare lists them under."""
     for path in paths:
+        label = {run_id: name for name, run_id in run_choices(str(path.parent))}[path.name]
         page.click("#compare-runs input")
-        page.locator(f"li[aria-label*='{path.name}']").first.click()
+        page.locator(f'li[aria-label="{label}"]').first.click()
     page.keyboard.press("Escape")
 
 
