@@ -2,11 +2,13 @@
 
 The run store holds a tiny-llama parent (Wanda 50 %, model saved) and a real 3-step recovery of it.
 Opening the recovery draws a plotly trace whose y values are the losses its result.json recorded,
-shows none of a pruning run's panels, and its parent button replays the parent (heat-map, no loss).
+shows none of a pruning run's panels, and its parent button replays the parent (heat-map, no loss)
+under the Run tab's result card. The table names both runs, each beside its run id.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,8 +55,25 @@ def test_a_replayed_recovery_draws_its_loss_curve(store: tuple[str, dict[str, An
         assert not page.locator(f"#runs-section-{section}").is_visible(), section
     assert "prune time" not in page.inner_text("#runs-result") and "training time" in page.inner_text("#runs-result")
     assert "layers" not in page.inner_text("#runs-status")
+    assert not page.inner_text("#runs-card").strip()  # a recovery has no pruning card
     dom_click(page, "#runs-parent")  # the parent, one click away
     page.wait_for_selector("#runs-section-errors", state="visible", timeout=60_000)
     wait_for_text(page, "#runs-status", "wanda 50%", timeout=60)
     assert not page.locator("#runs-section-recovery").is_visible()
     assert parent.name in page.inner_text("#runs-status") + page.inner_text("#runs-result")
+    ppl = json.loads((parent / "result.json").read_text())["ppl"]["wiki"]
+    card = wait_for_text(page, "#runs-card", "sparsity achieved", timeout=30)  # the Run tab's card, replayed
+    assert f"{ppl:.2f}" in card and "pruning" in card
+
+
+def test_the_table_names_the_runs_beside_their_ids(store: tuple[str, dict[str, Any], Path], chromium: Any) -> None:
+    url, result, parent = store
+    page = open_page(chromium, url, WIDTH, HEIGHT)
+    page.get_by_role("tab", name="Runs").click()
+    page.wait_for_selector("#runs-message:has-text('2 runs')")
+    headers = [th.inner_text().strip() for th in page.locator("#runs-table th").all()]
+    assert {"run", "prune s", "training s", "run id"} <= set(headers)
+    table = wait_for_text(page, "#runs-table", parent.name, timeout=30)
+    lines = table.splitlines()
+    for name, run_id in (("Wanda 50%", parent.name), ("recover 50%", result["run_id"])):
+        assert name in lines and run_id in lines and lines.index(name) < lines.index(run_id)
