@@ -63,7 +63,8 @@ def generations_html(material: LessonMaterial) -> str:
                                             for m in material.methods]
     cells = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(name)}</th>"
                     f"<td>{html.escape(first.prompt)}<b>{html.escape(text)}</b></td></tr>" for name, text in rows)
-    return (f"<p>Greedy continuation of <i>{html.escape(first.prompt)}</i> (32 new tokens):</p>"
+    return (f"<p>Greedy continuation of <i>{html.escape(first.prompt)}</i> "
+            f"(the class preset's {lesson.GENERATE_TOKENS} new tokens):</p>"
             f"<table id='lesson-generation-table'>{cells}</table>")
 
 

@@ -162,3 +162,17 @@ def test_a_bos_family_without_bos_is_refused_before_the_run_is_recorded(tmp_path
     with pytest.raises(ToolkitError, match="need a BOS token"):
         prune_model(_config(tmp_path, model="tiny-gemma3", tasks=("rte",)))
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_generate_tokens_sets_the_new_tokens_of_the_runs_generations_and_leaves_reuse_alone(tmp_path: Path) -> None:
+    events: list[Event] = []
+    result = prune_model(_config(tmp_path, tasks=(), task_limit=None, generate=True, generate_tokens=3),
+                         on_event=events.append)
+    assert result["generations"]["max_new_tokens"] == 3
+    texts = [e for e in events if isinstance(e, Generated)]
+    assert len(texts) == 10 and all(1 <= e.new_tokens <= 3 for e in texts)
+    assert any(e.new_tokens == 3 for e in texts)
+    key = _config(tmp_path, generate_tokens=3).reuse_key()
+    assert key == _config(tmp_path).reuse_key()  # the texts' length is not part of the experiment
+    with pytest.raises(ToolkitError, match="--generate-tokens must be ≥ 1"):
+        _config(tmp_path, generate_tokens=0)

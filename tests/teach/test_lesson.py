@@ -11,6 +11,7 @@ from tests.helpers.synthetic_runs import write_run
 from toolkit.events import LambdaStep, LayerDone
 from toolkit.store.runs import open_run
 from toolkit.teach import lesson
+from toolkit.teach.lesson_clock import Profile
 from toolkit.teach.lesson_view import LessonMaterial, MethodMaterial, chance_iou, walkthrough
 
 TINY_SHAPES = {"self_attn.q_proj": (64, 64), "mlp.down_proj": (64, 128)}  # two of tiny-llama's linears
@@ -43,7 +44,8 @@ def test_an_empty_store_plans_every_run_with_the_reference_estimate(tmp_path: Pa
     expected = 2 * per_run + 8 * ref.window + ref.layers * (ref.layer["magnitude"] + ref.layer["wanda"])
     assert plan.total_seconds == pytest.approx(expected)
     text = plan_markdown("tiny-llama", str(tmp_path))
-    assert f"To run: magnitude, Wanda; about **{lesson.format_duration(expected)}** by the reference pace" in text
+    duration = lesson.format_duration(expected)
+    assert f"To run: magnitude, Wanda; about **{duration}** at the pace of the quiet reference lessons" in text
     assert "16 × 128 calibration tokens, 8 evaluation windows of 128 tokens" in text
     assert "FISTAPruner with at most 2 λ rounds of 10 iterations" in text
     assert "Reused" not in text
@@ -143,3 +145,16 @@ def test_the_lesson_figures_and_notes_load_without_torch():
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_reference_profile_is_the_quiet_measured_lessons_in_units_of_their_window() -> None:
+    lines = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "cpu_lesson_class.jsonl"
+    quiet = [json.loads(line) for line in lines.read_text(encoding="utf-8").splitlines()[2:4]]
+    assert all(q["load_mean"] < 7 and q["dense_cache"] == "empty" for q in quiet)  # the two quietest, from empty stores
+    derived = Profile.from_measured([q["measured"] for q in quiet], default_layer="sparsegpt")
+    ref, measured = lesson.REFERENCE, lesson.MEASURED
+    for kind in ("load", "window", "prompt", "capture", "finish"):
+        assert getattr(measured, kind) == pytest.approx(getattr(derived, kind), abs=1e-3)
+    assert measured.layer == pytest.approx(derived.layer, abs=1e-3)
+    assert ref.prompt == pytest.approx(measured.prompt * lesson.GENERATE_TOKENS / lesson.MEASURED_TOKENS)
+    assert ref.layer["fista"] / ref.window > 2.0  # a FISTAPruner layer costs more than two windows when quiet

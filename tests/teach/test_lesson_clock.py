@@ -154,3 +154,31 @@ def test_the_run_under_way_is_timed_at_its_own_pace_once_its_layers_show_it() ->
     weight = 10 / 12  # OWN_PACE_AFTER = 2
     assert clock.seconds_left(now) == pytest.approx(10 * (weight * 12.0 + (1 - weight) * 4.0 * clock.speed(now)))
     assert clock.seconds_left(now) > 10 * 10.0  # near the 120 s the run still needs, not the reference's 40 s
+
+
+@pytest.mark.parametrize("pace", [1.0, 2.0, 0.5])
+def test_from_the_first_window_on_the_whole_estimate_is_scaled_by_this_machines_pace(pace: float) -> None:
+    methods = ("magnitude", "fista")
+    timeline = lesson_events(methods, pace)
+    reference = lesson_events(methods, pace=1.0)[-1][0]
+    probe = next(at for at, e in timeline if isinstance(e, EvalProgress) and e.done == 1)  # the first window
+    before = replay(methods, timeline, probe - 1e-9)
+    # before the probe: the reference (the first load is not pace, so only its own length counts)
+    assert probe - 1e-9 + before.seconds_left(probe - 1e-9) == pytest.approx(reference + PROFILE.load * (pace - 1))
+    clock = replay(methods, timeline, probe)
+    assert clock.speed(probe) == pytest.approx(pace)
+    assert probe + clock.seconds_left(probe) == pytest.approx(pace * reference)  # 2× slower: 2× the estimate
+
+
+def test_a_profile_from_measured_lessons_averages_each_kind_in_units_of_the_probe() -> None:
+    quiet = {"window": 1.0, "prompt": 1.2, "load": 0.5, "capture": 0.02, "finish": 0.0,
+             "layer:magnitude": 0.2, "layer:fista": 3.0}
+    busy = {k: 3.0 * v for k, v in quiet.items()} | {"layer:fista": 3.0 * 2.0}  # 3× slower, FISTA relatively faster
+    profile = Profile.from_measured([quiet, busy], default_layer="magnitude", layers=30)
+    probe = (1.0 + 3.0) / 2
+    assert profile.window == pytest.approx(probe)
+    assert profile.prompt == pytest.approx(1.2 * probe) and profile.load == pytest.approx(0.5 * probe)
+    assert profile.layer == pytest.approx({"magnitude": 0.2 * probe, "fista": (3.0 + 2.0) / 2 * probe})
+    assert profile.default_layer == pytest.approx(0.2 * probe) and profile.layers == 30
+    with pytest.raises(ValueError, match="window"):
+        Profile.from_measured([{"prompt": 1.0}])

@@ -88,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     _task_args(p, "--task-limit", "zero-shot tasks scored on the dense (cached) and the pruned model")
     p.add_argument("--generate", action="store_true",
                    help="greedy continuations of the fixed prompts from the dense and the pruned model")
+    p.add_argument("--generate-tokens", type=int, default=32, help="new tokens per prompt of --generate")
     p.add_argument("--devices", default="auto",
                    help="prune layers concurrently on these devices, e.g. cuda:0,cuda:1 (needs --propagate dense; "
                         "auto: every GPU when there are several and the inputs are dense)")
@@ -237,7 +238,8 @@ def _prune(args: argparse.Namespace) -> int:
         out_dir=args.out or "runs", save_model=args.save_model, encoding=args.encoding,
         threads=pick_threads(args.threads),
         tasks=tuple(parse_task_names(args.tasks)) if args.tasks is not None else (), task_limit=args.task_limit,
-        task_data=args.task_data, generate=args.generate, allocation=args.allocation, refine=args.refine,
+        task_data=args.task_data, generate=args.generate, generate_tokens=args.generate_tokens,
+        allocation=args.allocation, refine=args.refine,
     )
     # a quantization whose states no checkpoint format holds (AWQ) is never saved: say why, not "add --save-model"
     unsavable = compression.quant is not None and not get_method(args.method).saves_quant

@@ -72,6 +72,7 @@ class RunConfig:
     task_limit: int | None = None  # the first N examples of each task; None = all
     task_data: str = AUTO  # auto | local | hub (see toolkit.evaluation.tasks.resolve_tasks)
     generate: bool = False  # greedy continuations of the fixed prompts, dense and pruned
+    generate_tokens: int = 32  # new tokens per prompt of those continuations (toolkit.run.evals.GENERATION_TOKENS)
     encoding: str = "utf-8"  # of --calib / --eval text files
     threads: int | None = None  # intra-op CPU threads (None: torch's default); see toolkit.runtime.threads
     allocation: Allocation | str = "uniform"  # per-layer sparsity: uniform | owl[:M,λ] | FILE.json (spec/allocation.py)
@@ -98,6 +99,8 @@ class RunConfig:
         check_text_source(self.calib, self.encoding)
         if self.eval_data:
             check_text_source(self.eval_data, self.encoding)
+        if self.generate_tokens < 1:
+            raise ToolkitError(f"--generate-tokens must be ≥ 1, got {self.generate_tokens}")
         if self.fused not in FUSED or self.error_windows < 1:
             raise ToolkitError(f"fused must be one of {', '.join(FUSED)} and error-windows ≥ 1")
         several = len(device_names(self.devices)) > 1
@@ -236,7 +239,7 @@ class RunConfig:
         if "quant_asked" in data:  # the group is fitted to the model, which the key names: match what was asked
             data.pop("quant")
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
-                         "devices", "compression", "schema", "generate", "threads", "distributed",
+                         "devices", "compression", "schema", "generate", "generate_tokens", "threads", "distributed",
                          "dist_timeout", "stream"):
             data.pop(volatile)
         if not self.tasks:

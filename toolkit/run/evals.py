@@ -38,7 +38,7 @@ from toolkit.models.load import LoadedModel
 from toolkit.run.provenance import cached_value, model_key, store_value
 
 Progress = Callable[[str, int, int], None]
-GENERATION_TOKENS = 32  # new tokens per prompt in a run's side-by-side generations
+GENERATION_TOKENS = 32  # new tokens per prompt of a run's generations (RunConfig.generate_tokens's default)
 CACHE = "dense_zero_shot"
 
 
@@ -101,13 +101,13 @@ def score_tasks(
 
 
 def generate_texts(loaded: LoadedModel, device: torch.device, progress: ProgressEvents, phase: str,
-                   emit: Callable[[Event], None]) -> list[Generation]:
-    """Greedy continuations of the fixed prompts, one :class:`Generated` event each."""
+                   emit: Callable[[Event], None], tokens: int = GENERATION_TOKENS) -> list[Generation]:
+    """Greedy continuations of the fixed prompts (``tokens`` new tokens each), one :class:`Generated` event each."""
     texts: list[Generation] = []
     report = progress.callback(phase, "generation")
     report(0, len(DEFAULT_PROMPTS))
     for prompt in DEFAULT_PROMPTS:
-        text = generate(loaded.model, loaded.codec, [prompt], GENERATION_TOKENS, device)[0]
+        text = generate(loaded.model, loaded.codec, [prompt], tokens, device)[0]
         emit(Generated(which=phase, prompt=text.prompt, text=text.text, new_tokens=text.new_tokens,
                        seconds=text.seconds))
         texts.append(text)
@@ -148,11 +148,12 @@ def zero_shot_entry(dense: DenseEvals, pruned: ZeroShotResult | None, error: str
     return entry
 
 
-def generations_entry(dense: Sequence[Generation], pruned: Sequence[Generation], error: str = "") -> dict[str, Any]:
+def generations_entry(dense: Sequence[Generation], pruned: Sequence[Generation], error: str = "",
+                      tokens: int = GENERATION_TOKENS) -> dict[str, Any]:
     """The result's ``generations`` entry: side-by-side records (dense only when the pruned texts failed)."""
     records = side_by_side(dense, pruned) if len(pruned) == len(dense) else \
         [{"prompt": d.prompt, "dense": d.text, "dense_tokens_per_s": d.tokens_per_s} for d in dense]
-    entry: dict[str, Any] = {"max_new_tokens": GENERATION_TOKENS, "decoding": "greedy", "records": records}
+    entry: dict[str, Any] = {"max_new_tokens": tokens, "decoding": "greedy", "records": records}
     if error:
         entry["error"] = error
     return entry

@@ -343,7 +343,8 @@ def _dense_extras(config: RunConfig, run: Prepared, record: Callable[[Event], No
             record(event)
         dense.zero_shot, dense.cached = scores, tuple(cached)
     if config.generate:
-        dense.texts = tuple(generate_texts(run.loaded, run.device, ticks, "dense", record))
+        dense.texts = tuple(generate_texts(run.loaded, run.device, ticks, "dense", record,
+                                                   config.generate_tokens))
     return dense
 
 
@@ -362,7 +363,7 @@ def _pruned_extras(config: RunConfig, run: Prepared, record: Callable[[Event], N
             for event in scores.scores("pruned"):
                 record(event)
         if config.generate:
-            texts = generate_texts(run.loaded, run.device, ticks, "pruned", record)
+            texts = generate_texts(run.loaded, run.device, ticks, "pruned", record, config.generate_tokens)
     except (Exception, KeyboardInterrupt) as exc:  # the pruning is finished and recorded: keep it, report this
         if isinstance(exc, RunCancelled | KeyboardInterrupt):
             cancel, error = exc, "cancelled before it completed"
@@ -372,7 +373,8 @@ def _pruned_extras(config: RunConfig, run: Prepared, record: Callable[[Event], N
     if dense.zero_shot is not None:
         extras["zero_shot"] = zero_shot_entry(dense, scores, error if scores is None else "")
     if config.generate:
-        extras["generations"] = generations_entry(dense.texts, texts, error if len(texts) < len(dense.texts) else "")
+        extras["generations"] = generations_entry(dense.texts, texts, error if len(texts) < len(dense.texts) else "",
+                                                  config.generate_tokens)
     return extras, cancel
 
 

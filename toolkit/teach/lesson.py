@@ -2,13 +2,15 @@
 
 :func:`lesson_configs` builds one :class:`~toolkit.api.RunConfig` per method of :data:`METHODS` under
 the class protocol (:data:`toolkit.run.protocols.CLASS`: 16 × 128 calibration tokens, 8 evaluation
-windows of 128 tokens), with dense perplexity and greedy generations, the layer output error on
+windows of 128 tokens), with dense perplexity and greedy generations of :data:`GENERATE_TOKENS` new
+tokens, the layer output error on
 :data:`ERROR_WINDOWS` calibration windows, :data:`THREADS` CPU thread and FISTAPruner's class budget
 (:data:`OPTIONS`). :func:`plan_lesson` looks each one up in the store, matched by model + method +
 sparsity + protocol + options (:meth:`RunConfig.reuse_key`); a stored run without generations is
 not reused (a run keeps its masks, not its weights, so its texts cannot be made afterwards: it is
 run again). :func:`run_lesson` runs the missing ones; :class:`~toolkit.teach.lesson_clock.LessonClock`
-says how long they will take, from :data:`REFERENCE` scaled by the pace measured as they run.
+says how long they will take, from :data:`REFERENCE` scaled by the pace measured as they run (from the
+first perplexity window on).
 
 It goes through :mod:`toolkit.api` only, as the app does.
 """
@@ -17,13 +19,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from toolkit.api import CancelToken, RunConfig, list_runs, run
 from toolkit.errors import ToolkitError
 from toolkit.evaluation.generate import DEFAULT_PROMPTS
 from toolkit.events import Event, RunFailed, RunFinished, RunStarted
-from toolkit.run.evals import GENERATION_TOKENS
 from toolkit.run.protocols import CLASS
 from toolkit.spec.targets import Unstructured
 from toolkit.store.runs import RunRecord
@@ -41,20 +42,27 @@ THREADS = 1
 # iteration, a solver trace point every 5 iterations; the paper's (and the CLI's) are 5 rounds of 20, eigvalsh,
 # every iteration. Its warm start is SparseGPT's mask, and a round only replaces it when it lowers the error.
 OPTIONS = {"fista": {"max_rounds": 2, "fista_iters": 10, "lipschitz": "power", "trace_every": 5}}
-# Reference seconds per unit of work of the class lesson on smollm2-135m (toolkit.teach.lesson_clock); only their
-# ratios matter: the clock scales them by the pace it measures. The "measured" profile of the first
-# benchmarks/bench_lesson_class.py run (benchmarks/results/cpu_lesson_class.jsonl, line 1: a whole lesson from an empty
-# store on the shared 2-core CPU, load average 30, under nice -n 10). That run's own estimate used a profile pieced
-# together from single runs, whose FISTAPruner layer was 12 magnitude layers (here 5.7) and window 1.5 (here 3.7).
-REFERENCE = Profile(load=9.3, window=15.7, prompt=19.2, capture=0.4, finish=0.1,
-                    layer={"magnitude": 4.2, "wanda": 6.0, "sparsegpt": 11.1, "fista": 24.0}, default_layer=11.0)
+# New tokens per greedy prompt (the CLI's default is 32): 16 tokens (a dozen words) still show whether a pruned
+# model's text holds together; the four runs generate 40 texts, about a fifth of the quiet lessons' wall time at 32.
+GENERATE_TOKENS = 16
+MEASURED_TOKENS = 32  # the new tokens per prompt of the lessons REFERENCE was measured on
+# Reference seconds per unit of work of the class lesson on smollm2-135m (toolkit.teach.lesson_clock):
+# Profile.from_measured of the two quietest benchmarks/bench_lesson_class.py runs (benchmarks/results/
+# cpu_lesson_class.jsonl, lines 3 and 4: whole lessons from an empty store on the shared 2-core CPU at load 5.6 and
+# 6.8), each kind in units of that run's perplexity window (the probe), averaged, times their mean window (2.219 s).
+# The clock rescales it by the pace measured from the first window on. A prompt's cost is scaled from 32 to
+# GENERATE_TOKENS new tokens in proportion (decoding one token at a time dominates a prompt).
+MEASURED = Profile(load=1.081, window=2.219, prompt=2.488, capture=0.028, finish=0.001,
+                   layer={"magnitude": 0.481, "wanda": 0.590, "sparsegpt": 1.196, "fista": 6.613}, default_layer=1.196)
+REFERENCE = replace(MEASURED, prompt=MEASURED.prompt * GENERATE_TOKENS / MEASURED_TOKENS)
 
 
 def lesson_configs(model: str, runs_dir: str, methods: Sequence[str] = METHODS) -> list[RunConfig]:
     """One config per method: 50% unstructured, class protocol, dense perplexity and generations, in ``runs_dir``."""
     return [RunConfig(model=model, method=method, sparsity=Unstructured(SPARSITY), calib="wiki",
                       nsamples=CLASS.nsamples, seqlen=CLASS.seqlen, eval_data="wiki", eval_seqlen=CLASS.eval_seqlen,
-                      eval_windows=CLASS.eval_windows, eval_dense=True, generate=True, error_windows=ERROR_WINDOWS,
+                      eval_windows=CLASS.eval_windows, eval_dense=True, generate=True, generate_tokens=GENERATE_TOKENS,
+                      error_windows=ERROR_WINDOWS,
                       threads=THREADS, options=dict(OPTIONS.get(method, {})), out_dir=runs_dir)
             for method in methods]
 
@@ -126,7 +134,7 @@ def settings_text() -> str:
     fista = OPTIONS["fista"]
     return (f"class preset: {CLASS.nsamples} × {CLASS.seqlen} calibration tokens, {CLASS.eval_windows} evaluation "
             f"windows of {CLASS.eval_seqlen} tokens, layer output error on {ERROR_WINDOWS} calibration windows, "
-            f"{len(DEFAULT_PROMPTS)} greedy prompts × {GENERATION_TOKENS} new tokens, {THREADS} CPU thread; "
+            f"{len(DEFAULT_PROMPTS)} greedy prompts × {GENERATE_TOKENS} new tokens, {THREADS} CPU thread; "
             f"FISTAPruner with at most {fista['max_rounds']} λ rounds of {fista['fista_iters']} iterations "
             "(the paper's: 5 of 20)")
 
@@ -145,8 +153,8 @@ def plan_text(plan: LessonPlan) -> str:
                      "so its pruned model's texts cannot be made afterwards.")
     if plan.to_run:
         lines.append(f"To run: {', '.join(LABELS.get(c.method, c.method) for c in plan.to_run)}; about "
-                     f"**{format_duration(plan.total_seconds)}** by the reference pace, corrected from the pace "
-                     "measured in the first seconds.")
+                     f"**{format_duration(plan.total_seconds)}** at the pace of the quiet reference lessons, "
+                     "rescaled by this machine's pace from the first perplexity window on.")
     else:
         lines.append("Every run is in the store: drawing takes a few seconds.")
     return "\n\n".join(lines)

@@ -10,10 +10,13 @@ one run")::
 boundary events (RunStarted, an EvalProgress tick, LayerStarted, LayerDone, RunFinished/RunFailed)
 is the time of the work the later one completes, of one *kind* (``load``, ``window``, ``prompt``,
 ``capture``, ``layer:<method>``, ``finish``). A :class:`Profile` holds reference seconds per unit of
-each kind (measured once, :data:`toolkit.teach.lesson.REFERENCE`); only their ratios matter. The
-pace of this machine is the speed factor s = Σ measured seconds / Σ reference seconds of the work
-done so far, each piece weighted by exp(−age / :data:`MEMORY`) so a change of load shows within a
-minute. The time left is
+each kind; only their ratios matter. :meth:`Profile.from_measured` builds one from whole lessons
+measured before: each kind's cost in units of the *probe* (one perplexity window: a forward of the
+whole model over one window, the first work every lesson does), averaged over the lessons, times
+their mean probe seconds. The pace of this machine is the speed factor s = Σ measured seconds /
+Σ reference seconds of the work done so far, each piece weighted by exp(−age / :data:`MEMORY`) so a
+change of load shows within a minute; after the first window it is that window's seconds over the
+reference window's, so the whole estimate is this machine's throughput from then on. The time left is
 
     (the stage under way: its own pace once two units are done, blended with s × reference)
     + s × Σ reference seconds of the work still to come  − the time already spent on the current unit
@@ -53,6 +56,26 @@ class Profile:
     default_layer: float
     layers: int = 30
     prompts: int = 5
+
+    @classmethod
+    def from_measured(cls, lessons: Sequence[Mapping[str, float]], probe: str = "window", default_layer: str = "",
+                      **sizes: int) -> Profile:
+        """The profile of whole lessons measured before (``bench_lesson_class``'s ``measured``: seconds per unit).
+
+        Each kind is taken in units of ``probe`` in each lesson, the ratios are averaged over the
+        lessons and scaled by the lessons' mean probe seconds. ``default_layer`` names the method
+        whose layer cost stands for a method not measured (else the mean layer cost).
+        """
+        if not lessons or any(m.get(probe, 0.0) <= 0 for m in lessons):
+            raise ValueError(f"every lesson needs a measured {probe!r}")
+        kinds = set.intersection(*(set(m) for m in lessons))
+        probe_seconds = sum(m[probe] for m in lessons) / len(lessons)
+        cost = {k: probe_seconds * sum(m[k] / m[probe] for m in lessons) / len(lessons) for k in kinds}
+        layer = {k.split(":", 1)[1]: v for k, v in cost.items() if k.startswith("layer:")}
+        fallback = layer.get(default_layer, sum(layer.values()) / len(layer) if layer else 0.0)
+        return cls(load=cost.get("load", 0.0), window=cost.get("window", 0.0), prompt=cost.get("prompt", 0.0),
+                   capture=cost.get("capture", 0.0), finish=cost.get("finish", 0.0), layer=layer,
+                   default_layer=fallback, **sizes)
 
     def seconds(self, kind: str) -> float:
         """Reference seconds of one unit of ``kind``."""
