@@ -35,6 +35,7 @@ import json
 import statistics
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from benchmarks.dashboard_embedded import capture, cold_dense_cache, measured_run, plain_run, stored_results
 from tests.helpers.browser_app import (
@@ -230,11 +231,11 @@ def overlay_screen(runs_dir: str, labels: list[str], out: Path, sweep: bool) -> 
     return report
 
 
-def _top(page: object, selector: str) -> None:
+def _top(page: Any, selector: str) -> None:
     """Scroll ``selector`` to the top of the view, 12 px below the edge."""
-    page.evaluate(f"document.querySelector({json.dumps(selector)}).scrollIntoView({{block: 'start'}})")  # type: ignore[attr-defined]
-    page.evaluate("window.scrollBy(0, -12)")  # type: ignore[attr-defined]
-    page.wait_for_timeout(800)  # type: ignore[attr-defined]
+    page.evaluate(f"document.querySelector({json.dumps(selector)}).scrollIntoView({{block: 'start'}})")
+    page.evaluate("window.scrollBy(0, -12)")
+    page.wait_for_timeout(800)
 
 
 def screens(argv: list[str]) -> dict | None:
