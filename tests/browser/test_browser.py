@@ -179,6 +179,9 @@ def test_a_structured_run_shows_the_ranking_and_kept_panels(url: str, chromium: 
     pick(page, "run-unit", "heads+channels")
     page.click("#run-button")
     wait_for_text(page, "#run-status", "✓ finished")
+    # the last figures travel in the final update, which can land just after a tick's "finished" status
+    page.wait_for_function("() => /removed/.test(document.querySelector('#run-ranking .gtitle')?.textContent)",
+                           timeout=30_000)
     ranking_title = page.text_content("#run-ranking .gtitle") or ""
     assert re.search(r"removed \d+ of \d+ heads, \d+ of \d+ channels", ranking_title), ranking_title
     assert page.locator("#run-ranking .scatterlayer .trace").count() == 2  # heads and channels, coloured apart
