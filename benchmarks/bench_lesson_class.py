@@ -13,7 +13,8 @@ The line holds ``wall_seconds`` (first run's start → last run's end), ``second
 (``load_mean``, ``load_max``) and ``cpus``; ``estimates``: the estimated total (elapsed + about
 left) at 10, 20, 30 and 60 s and at 25, 50 and 75 % of the actual, with its error
 (estimate / actual − 1) and the error of the time left alone; ``measured``: seconds per unit of each
-kind of work (the clock's profile, to compare with :data:`toolkit.teach.lesson.REFERENCE`).
+kind of work (the clock's profile, to compare with :data:`toolkit.teach.lesson.REFERENCE`); ``ppl``:
+each finished run's perplexity on the evaluation windows and the dense one (the class ranking).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from app.jobs import DONE, Job
 from benchmarks.records import emit
+from toolkit.api import list_runs
 from toolkit.events import Event
 from toolkit.models.sources import cache_dir
 from toolkit.teach import lesson
@@ -75,9 +77,20 @@ def run(model: str, runs: str) -> dict[str, Any]:
         if now >= next_load:
             loads.append(os.getloadavg()[0])
             next_load = now + LOAD_EVERY
-    wall = lesson.wall_clock() - start
-    return {"wall": wall, "cpu": time.process_time() - cpu0, "samples": samples, "loads": loads,
+    wall, cpu = lesson.wall_clock() - start, time.process_time() - cpu0
+    return {"wall": wall, "cpu": cpu, "samples": samples, "loads": loads, "ppl": perplexities(runs),
             "seconds": seconds, "statuses": statuses, "measured": clock.measured(), "methods": plan.to_run}
+
+
+def perplexities(runs: str) -> dict[str, float]:
+    """Each finished run's perplexity in ``runs`` (method → value) and the dense model's (``dense``)."""
+    found: dict[str, float] = {}
+    for record in list_runs(runs):
+        result, data = record.result or {}, str(record.config.get("eval_data") or "")
+        if record.status == "finished" and data in (result.get("ppl") or {}):
+            found[str(record.config.get("method"))] = round(float(result["ppl"][data]), 2)
+            found["dense"] = round(float((result.get("dense_ppl") or {}).get(data, float("nan"))), 2)
+    return found
 
 
 def estimate_at(samples: list[tuple[float, float]], moment: float, wall: float) -> dict[str, float | None] | None:
@@ -120,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             "measured": {k: round(v, 3) for k, v in done["measured"].items()},
             "reference": {"load": lesson.REFERENCE.load, "window": lesson.REFERENCE.window,
                           "prompt": lesson.REFERENCE.prompt, "layer": lesson.REFERENCE.layer},
-            "under_5_min": wall <= 300.0}
+            "ppl": done["ppl"], "under_5_min": wall <= 300.0}
     emit(line, args.json)
     return 0 if all(s == "finished" for s in done["statuses"].values()) else 1
 
