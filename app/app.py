@@ -35,6 +35,9 @@ KEEP_TYPED_JS = """() => {
   };
   for (const kind of ['blur', 'focusout', 'change']) document.addEventListener(kind, keep, true);
 }"""
+# In the page's <head>, so the listeners are in place before the form can be typed into (a load event's
+# script runs after the page is shown, and a quick user, or test, types first).
+HEAD = f"<script>({KEEP_TYPED_JS})();</script>"
 
 
 def build_app(default_model: str = "smollm2-135m", runs_dir: str = "runs"):  # noqa: ANN201 - gr.Blocks
@@ -67,7 +70,6 @@ def build_app(default_model: str = "smollm2-135m", runs_dir: str = "runs"):  # n
             SESSIONS.close_session(run_tab.session_of(request))
 
         demo.unload(on_unload)
-        demo.load(None, js=KEEP_TYPED_JS)
     checked_by_forms(demo)
     return demo
 
@@ -109,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warm_up()
     demo = build_app(default_model=args.model, runs_dir=args.runs)
     demo.queue(default_concurrency_limit=4)
-    demo.launch(server_name=args.host, server_port=args.port, css=CSS, footer_links=[])
+    demo.launch(server_name=args.host, server_port=args.port, css=CSS, head=HEAD, footer_links=[])
     return 0
 
 

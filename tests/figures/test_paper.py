@@ -87,3 +87,11 @@ def test_export_modules_load_without_torch() -> None:
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_colour_scale_given_as_plotly_rgb_strings_becomes_a_matplotlib_colormap() -> None:
+    from toolkit.figures.paper_traces import colormap
+
+    cmap = colormap([[0.0, "rgb(68, 1, 84)"], [1.0, "rgba(253, 231, 37, 0.5)"]])  # as notebook 02's figures carry it
+    assert cmap(0.0) == pytest.approx((68 / 255, 1 / 255, 84 / 255, 1.0))
+    assert cmap(1.0) == pytest.approx((253 / 255, 231 / 255, 37 / 255, 0.5))

@@ -47,14 +47,14 @@ def free_port() -> int:
 @contextmanager
 def serve(runs_dir: str, model: str = "tiny-llama") -> Iterator[str]:
     """The app on a free localhost port (engine imports warmed first); yields its URL."""
-    from app.app import CSS, build_app, warm_up
+    from app.app import CSS, HEAD, build_app, warm_up
 
     warm_up().join()
     demo = build_app(default_model=model, runs_dir=runs_dir)
     demo.queue(default_concurrency_limit=4)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS,
-                footer_links=[])
+                head=HEAD, footer_links=[])
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:

@@ -75,7 +75,8 @@ def colormap(scale: Any) -> Any:
             return colormaps[name]
         raise ToolkitError(f"colour scale {scale!r} has no matplotlib equivalent; pass it as [[position, colour], …]")
     if isinstance(scale, Sequence) and scale:
-        return LinearSegmentedColormap.from_list("plotly", [(float(pos), str(color)) for pos, color in scale])
+        stops = [(float(pos), mpl_color(str(color))) for pos, color in scale]  # rgb() strings become RGBA tuples
+        return LinearSegmentedColormap.from_list("plotly", stops)
     return colormaps["viridis"]  # no scale given: the one the product's heat-maps use
 
 
