@@ -43,7 +43,7 @@ THREADS = 1
 # every iteration. Its warm start is SparseGPT's mask, and a round only replaces it when it lowers the error.
 OPTIONS = {"fista": {"max_rounds": 2, "fista_iters": 10, "lipschitz": "power", "trace_every": 5}}
 # New tokens per greedy prompt (the CLI's default is 32): 16 tokens (a dozen words) still show whether a pruned
-# model's text holds together; the four runs generate 40 texts, about a fifth of the quiet lessons' wall time at 32.
+# model's text holds together; the four runs generate 40 texts, 22-26 % of the quiet lessons' wall time at 32.
 GENERATE_TOKENS = 16
 MEASURED_TOKENS = 32  # the new tokens per prompt of the lessons REFERENCE was measured on
 # Reference seconds per unit of work of the class lesson on smollm2-135m (toolkit.teach.lesson_clock):
