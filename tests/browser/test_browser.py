@@ -91,6 +91,7 @@ def test_progress_moves_while_a_run_is_going(url: str, chromium: Any, held: Gate
         assert "▶ running" in status(page) and "layer 0 · 0 of 2 layers done" in status(page)
     held.open()
     wait_for_text(page, "#run-status", "✓ finished")
+    wait_for_linears(page, 14)  # the final heat-map travels with the final status; plotly may draw it just after
     watch = recorded(page)
     counts = {int(m.group(1)) for _, title, _ in watch if (m := re.search(r"(\d+) of 14 linears", title or ""))}
     assert {1, 2, 3} <= counts and 14 in counts, sorted(counts)
