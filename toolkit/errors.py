@@ -16,6 +16,10 @@ class RunCancelled(Exception):  # no Error suffix: it is a signal, not an error
     """Raised at a cancellation point when the run's cancel token is set."""
 
 
+class MachineFailure(ToolkitError):
+    """The machine or a library failed a recorded run (disk full, out of memory): the CLI exits with 1, not 2."""
+
+
 class DistributedError(ToolkitError):
     """A rank of a ``--distributed`` run disagreed, failed, died or timed out; the run is marked failed."""
 

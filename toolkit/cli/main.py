@@ -21,7 +21,7 @@ from typing import Any
 
 from toolkit.cli.protocol import add_protocol_args
 from toolkit.engine.options import FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL, STORAGE_DTYPES
-from toolkit.errors import RunCancelled, ToolkitError
+from toolkit.errors import MachineFailure, RunCancelled, ToolkitError
 
 
 def parse_set(items: Sequence[str]) -> dict[str, str]:
@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from toolkit.cli.distributed import report_error  # under torchrun, rank 0 alone says an input error
 
         report_error(exc, getattr(args, "distributed", False))
-        return 2
+        return 1 if isinstance(exc, MachineFailure) else 2  # the machine failed a recorded run, not the input
     except (RunCancelled, KeyboardInterrupt) as exc:
         print(f"cancelled: {cancel_message(exc)}", file=sys.stderr)
         return 130
@@ -187,10 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cancel_message(exc: BaseException) -> str:
-    """What a cancel left: the step after a finished compression and where it is saved, or nothing done."""
+    """What a cancel left: the run's own message once a run was recorded (where, what was kept), else nothing."""
     detail = str(exc) if isinstance(exc, RunCancelled) and str(exc) != "cancelled" else ""
     return f"{detail}; the run is marked cancelled" if detail else \
-        "the run is marked cancelled and the model was not changed"
+        "stopped before a run was recorded; nothing was written and no model was changed"
 
 
 def environment_message(exc: BaseException) -> str:

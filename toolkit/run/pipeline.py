@@ -6,7 +6,6 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,7 +17,7 @@ from toolkit.engine.parallel import resolve_devices
 from toolkit.engine.prune import check_targets, prune_layers
 from toolkit.engine.state import EngineConfig
 from toolkit.engine.stream import check_streamable, prune_streaming
-from toolkit.errors import RunCancelled, ToolkitError
+from toolkit.errors import MachineFailure, RunCancelled, ToolkitError
 from toolkit.evaluation.perplexity import perplexity
 from toolkit.evaluation.tasks import TaskSpec, resolve_tasks
 from toolkit.evaluation.zeroshot import check_task_tokens
@@ -44,6 +43,7 @@ from toolkit.run.evals import (
     score_tasks,
     zero_shot_entry,
 )
+from toolkit.run.outcome import failure_error, failure_message, kept_message, stopped_message
 from toolkit.run.preflight import check_writable_dir
 from toolkit.run.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl
 from toolkit.run.record import result_record
@@ -106,24 +106,22 @@ def execute(config: RunConfig, emit: Callable[[Event], None], cancel: CancelToke
         return _run(config, run, writer, record, ticks, stage)
     except BaseException as exc:
         cancelled = isinstance(exc, RunCancelled | KeyboardInterrupt)
-        message = _failure_message(exc, run.device)
+        message = failure_message(exc, run.device)
         if stage.compressed:  # never lose a finished compression to a later step
             kept = " and the model" if config.save_model and stage.name == "evaluation" else ""
             why = "" if cancelled else f" ({message})"
             message = (f"{stage.name} {'cancelled' if cancelled else 'failed'} after the compression finished"
-                       f"{why}; {_kept(writer.path)}{kept} are saved in {writer.path}")
+                       f"{why}; {kept_message(writer.path)}{kept} are saved in {writer.path}")
         try:
             record(RunFailed(error=message, cancelled=cancelled))
         except OSError:
             pass  # the disk that failed the run cannot take its last event; status.json still says why
         finally:
             writer.fail(message, cancelled, keep_result=stage.compressed)
-        if cancelled and stage.compressed:  # the message says what was kept (the CLI prints it)
-            raise RunCancelled(message) from None
-        if cancelled:
-            raise
-        if stage.compressed or isinstance(exc, torch.OutOfMemoryError):
-            raise ToolkitError(message) from None
+        if cancelled:  # the message says what the run record holds (the CLI prints it)
+            raise RunCancelled(message if stage.compressed else stopped_message(stage.name, writer.path)) from None
+        if stage.compressed or isinstance(exc, torch.OutOfMemoryError):  # a machine's failure exits 1, input 2
+            raise failure_error(exc, message) from None
         raise
 
 
@@ -295,17 +293,10 @@ def _save(config: RunConfig, run: Prepared, writer: RunWriter,
         saved = save_shrunk(model, codec, folder)
     except OSError as exc:  # a full disk: the save removed its partial folder
         where = f" writing {exc.filename}" if exc.filename else ""
-        raise ToolkitError(f"{exc.strerror or exc}{where}; no model folder was kept (the partial one was removed): "
+        raise MachineFailure(f"{exc.strerror or exc}{where}; no model folder was kept (the partial one was removed): "
                            "free disk space and rerun with --save-model") from None
     return {"folder": str(saved), "format": "dense", "bytes": folder_bytes(saved), "per_layer": is_shrunk(saved),
             "dtype": DTYPE_NAMES.get(storage_dtype(model), str(storage_dtype(model)))}
-
-
-def _kept(run_dir: Path) -> str:
-    """What a run record holds of a finished compression, e.g. "the masks and quantization states"."""
-    found = [what for what, held in (("masks", any((run_dir / "masks").glob("*.npz"))), ("quantization states", any(
-        (run_dir / "quant").glob("*.npz"))), ("structure changes", (run_dir / "structure.json").is_file())) if held]
-    return "the " + " and ".join(found) if found else "the run record"
 
 
 def stored_quant(state: QuantState) -> StoredQuant:
@@ -313,19 +304,6 @@ def stored_quant(state: QuantState) -> StoredQuant:
     return StoredQuant(codes=state.codes.cpu().numpy(), scales=state.scales.float().cpu().numpy(),
                        zeros=state.zeros.float().cpu().numpy(), bits=state.spec.bits,
                        group_size=state.spec.group_size, symmetric=state.spec.symmetric)
-
-
-def _failure_message(exc: BaseException, device: torch.device) -> str:
-    if isinstance(exc, torch.OutOfMemoryError):
-        return (f"out of memory on {device}: lower --nsamples, --seqlen or --set batch size, "
-                "or use --device cpu")
-    if isinstance(exc, RunCancelled | KeyboardInterrupt):
-        return "cancelled"
-    if isinstance(exc, OSError):
-        where = f" writing {exc.filename}" if exc.filename else ""
-        return f"{exc.strerror or exc}{where}: free disk space, fix the permissions or give another --out"
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text if isinstance(exc, ToolkitError) else f"{type(exc).__name__}: {text}"
 
 
 def _eval(loaded: LoadedModel, windows: torch.Tensor, device: torch.device, progress: Callable[[int, int], None],
@@ -368,7 +346,7 @@ def _pruned_extras(config: RunConfig, run: Prepared, record: Callable[[Event], N
         if isinstance(exc, RunCancelled | KeyboardInterrupt):
             cancel, error = exc, "cancelled before it completed"
         else:
-            error = _failure_message(exc, run.device)
+            error = failure_message(exc, run.device)
             record(RunWarning(layer=-1, name="", message=f"evaluation of the pruned model failed: {error}"))
     if dense.zero_shot is not None:
         extras["zero_shot"] = zero_shot_entry(dense, scores, error if scores is None else "")
