@@ -78,7 +78,8 @@ from torch import Tensor
 from toolkit.errors import ToolkitError
 from toolkit.methods import wanda
 from toolkit.methods.awp_projection import Iterate, Projector
-from toolkit.methods.awp_solver import STOP_RULES, Outcome, Quadratic, Schedule, run_pgd
+from toolkit.methods.awp_solver import STOP_RULES, Outcome, Quadratic, Schedule, Trace, run_pgd
+from toolkit.methods.awp_step import GRADIENT_STOP_ITERS, STEPS, STOPS, make_stepper, spectral_norm
 from toolkit.methods.base import (
     SOLVER_DTYPE,
     LinearStats,
@@ -120,6 +121,15 @@ class AWPConfig:
                              "is magnitude pruning, module docstring) or W (notes A7)", choices=("wanda", "dense"))
     diverge: float = option(10.0, "declare divergence when ‖(W−Θ)C^½‖/‖WC^½‖ exceeds this (Θ = 0 gives 1)")
     max_events: int = option(100, "at most this many SolverStep events per linear (0 = none)")
+    step: str = option("paper", "step size: paper = the mode's eta scale / ‖C‖_F (the paper's), spectral = "
+                       "spectral_scale / ‖C‖₂ (1/L of f), backtracking = Armijo line search from 2/‖C‖₂ "
+                       "(not in the paper; docs/methods/awp.md)", choices=STEPS)
+    spectral_scale: float = option(1.0, "step=spectral: η = spectral_scale / ‖C‖₂ (1 = the 1/L step)")
+    power_iters: int = option(20, "power iterations estimating ‖C‖₂ (one (in, in) matrix-vector product each)")
+    iterations: int = option(-1, "iterations of the mode's last phase (quant_iters, prune_iters or joint_iters); "
+                             "-1 = those options (or 200 with stop=gradient)")
+    stop: str = option("fixed", "fixed = the mode's stop rule (stop_rule); gradient = the paper's pruning rule in "
+                       "every mode: ‖∇f‖_F/‖W‖_F < tol or 200 iterations", choices=STOPS)
     step_dtype: str = option("float32", "dtype of the per-step matmul (W − Θ)C: float32 (the paper's "
                              "arithmetic) or bfloat16 (faster; ~2⁻⁸ relative rounding of the gradient, "
                              "not in the paper)", choices=("float32", "bfloat16"))
@@ -128,12 +138,18 @@ class AWPConfig:
         for name in ("prune_iters", "quant_iters", "ramp_iters", "hold_iters", "joint_iters", "max_events"):
             if getattr(self, name) < 0:
                 raise ToolkitError(f"{name} must be ≥ 0, got {getattr(self, name)}")
-        for name in ("prune_eta", "quant_eta", "joint_eta", "diverge"):
+        if self.iterations == 0 or self.iterations < -1:
+            raise ToolkitError(f"iterations must be ≥ 1 (or -1 = the mode's count), got {self.iterations}")
+        if self.power_iters < 1:
+            raise ToolkitError(f"power_iters must be ≥ 1, got {self.power_iters}")
+        if self.stop == "gradient" and self.stop_rule not in ("auto", "full_grad"):
+            raise ToolkitError(f"stop=gradient is the full_grad rule; drop stop_rule={self.stop_rule} or stop=gradient")
+        for name in ("prune_eta", "quant_eta", "joint_eta", "spectral_scale", "diverge"):
             if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
                 raise ToolkitError(f"{name} must be a positive number, got {getattr(self, name)}")
         if not self.tol >= 0:
             raise ToolkitError(f"tol must be ≥ 0, got {self.tol}")
-        for name in ("stop_rule", "grid_update", "joint_order", "joint_init", "step_dtype"):
+        for name in ("stop_rule", "grid_update", "joint_order", "joint_init", "step", "stop", "step_dtype"):
             choices = type(self).__dataclass_fields__[name].metadata["choices"]
             if getattr(self, name) not in choices:
                 raise ToolkitError(f"{name} must be one of {list(choices)}, got {getattr(self, name)!r}")
@@ -164,34 +180,59 @@ def _setup(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig,
         state = quantize(W, spec)
         grid = (state.scales, state.zeros) if frozen else None
         return (Iterate(dequantize(state), None, state), Projector(None, spec, frozen=frozen, grid=grid),
-                cfg.quant_iters, cfg.quant_eta)
+                _count(cfg, cfg.quant_iters), cfg.quant_eta)
     assert isinstance(target, Unstructured | NM)
     if spec is None:
-        return _wanda_init(W, stats, target, ctx), Projector(target, None), cfg.prune_iters, cfg.prune_eta
+        return (_wanda_init(W, stats, target, ctx), Projector(target, None), _count(cfg, cfg.prune_iters),
+                cfg.prune_eta)
     init = Iterate(W.clone(), None, None, feasible=False)
     if cfg.joint_init == "wanda":
         init = _wanda_init(W, stats, target, ctx)
         init.feasible = False
     projector = Projector(target, spec, ramp=cfg.ramp_iters, quant_from=cfg.ramp_iters + cfg.hold_iters + 1,
                           order=cfg.joint_order, frozen=frozen)
-    return init, projector, cfg.ramp_iters + cfg.hold_iters + cfg.joint_iters, cfg.joint_eta
+    return init, projector, cfg.ramp_iters + cfg.hold_iters + _count(cfg, cfg.joint_iters), cfg.joint_eta
+
+
+def _count(cfg: AWPConfig, default: int) -> int:
+    """Iterations of the mode's last phase: ``iterations`` when given, 200 with stop=gradient, else ``default``."""
+    if cfg.iterations > 0:
+        return cfg.iterations
+    return GRADIENT_STOP_ITERS if cfg.stop == "gradient" else default
 
 
 def _schedule(cfg: AWPConfig, mode: str, iterations: int, eta: float) -> Schedule:
     rule = cfg.stop_rule if cfg.stop_rule != "auto" else "full_grad" if mode == "prune" else "none"
+    rule = "full_grad" if cfg.stop == "gradient" else rule
     every = math.ceil(iterations / cfg.max_events) if cfg.max_events > 0 and iterations > 0 else 0
     return Schedule(iterations=iterations, eta=eta, stop_rule=rule, tol=cfg.tol, keep_best=cfg.keep_best,
                     diverge=cfg.diverge, emit_every=every if cfg.max_events > 0 else 0)
 
 
-def _info(mode: str, out: Outcome, eta: float, schedule: Schedule) -> dict:
+def _info(mode: str, out: Outcome, trace: Trace, schedule: Schedule) -> dict:
     """Plain-data summary of the run (SublayerPruned.info)."""
     def plain(value: float) -> float | None:
         return value if math.isfinite(value) else None
 
+    stepper = trace.stepper
+    assert stepper is not None
     return {"mode": mode, "iterations": out.iterations, "stop": out.stop, "stop_rule": schedule.stop_rule,
-            "stop_value": plain(out.stop_value), "eta": eta, "objective_init": plain(out.objective_init),
-            "objective": plain(out.objective), "returned": out.returned, "best_step": out.best_step}
+            "stop_value": plain(out.stop_value), "eta": schedule.eta, "step": stepper.kind,
+            "eta_last": stepper.last if stepper.kind == "backtracking" else schedule.eta,
+            "residuals": stepper.evaluations, **{k: plain(v) for k, v in trace.header.items()},
+            "objective_init": plain(out.objective_init), "objective": plain(out.objective),
+            "returned": out.returned, "best_step": out.best_step, "codes_changed": plain(out.codes_changed)}
+
+
+def _trace(W: Tensor, C: Tensor, cfg: AWPConfig, projector: Projector, eta_scale: float,
+           reference: Tensor | None) -> Trace:
+    """‖C‖_F, ‖C‖₂ (power iteration), the stepper of ``cfg.step`` and RTN's codes for the diagnosis."""
+    c_fro = float(torch.linalg.norm(C))
+    c_spec = spectral_norm(C, cfg.power_iters) if c_fro > 0 else 0.0
+    header = {"c_fro": c_fro, "c_spec": c_spec, "c_ratio": c_fro / c_spec if c_spec > 0 else math.nan}
+    stepper = make_stepper(cfg.step, c_fro, c_spec, eta_scale, cfg.spectral_scale, projector) if c_spec > 0 \
+        else make_stepper("paper", 1.0, 1.0, 0.0, 1.0, projector)
+    return Trace(stepper, header, reference)
 
 
 def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig, ctx: SolveContext) -> PruneResult:
@@ -200,22 +241,25 @@ def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig, 
     Needs ``stats.gram``. Does not modify W. Raises ToolkitError for a structured target, an n:m
     width mismatch or neither target nor grid; NumericalError for non-finite statistics. Warns
     (RunWarning) and returns the best iterate when the iteration diverges, and returns Θ0 when
-    C = 0 (every input of the linear is zero).
+    C = 0 (every input of the linear is zero). Dead inputs (zero rows/columns of C) get no gradient:
+    their weights stay where Θ0 put them.
     """
     mode = validate((W.shape[0], W.shape[1]), target, ctx.quant)
     W = W.to(SOLVER_DTYPE)
     C = checked_gram(W, stats, ctx, "awp")
     init, projector, iterations, eta_scale = _setup(W, stats_on(C, stats), target, cfg, ctx)
-    c_norm = float(torch.linalg.norm(C))
-    if not c_norm > 0:
+    reference = None if ctx.quant is None else init.state.codes if init.state is not None and target is None \
+        else quantize(W, ctx.quant).codes
+    trace = _trace(W, C, cfg, projector, eta_scale, reference)
+    if not trace.header["c_spec"] > 0:
         ctx.warn("awp: C = 0 (every input of this linear is zero); returning the initial point")
         iterations = 0
-    eta = eta_scale / c_norm if c_norm > 0 else 0.0
-    schedule = _schedule(cfg, mode, iterations, eta)
-    out = run_pgd(Quadratic.build(W, C, getattr(torch, cfg.step_dtype)), init, projector, schedule, ctx)
+    assert trace.stepper is not None
+    schedule = _schedule(cfg, mode, iterations, trace.stepper.eta)
+    out = run_pgd(Quadratic.build(W, C, getattr(torch, cfg.step_dtype)), init, projector, schedule, ctx, trace)
     it = out.iterate
     keep = it.keep if it.keep is not None else all_kept(W)
-    return PruneResult(weight=it.theta, keep_mask=keep, info=_info(mode, out, eta, schedule), quant=it.state)
+    return PruneResult(weight=it.theta, keep_mask=keep, info=_info(mode, out, trace, schedule), quant=it.state)
 
 
 SPEC = MethodSpec(

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from toolkit.events import SolverStep
 from toolkit.methods.awp_projection import Iterate, Projector
+from toolkit.methods.awp_step import Stepper
 from toolkit.methods.base import SolveContext
 
 STOP_RULES = ("none", "full_grad", "masked_grad", "rel_change")
@@ -37,12 +38,26 @@ class Schedule:
     """How long and how the loop runs (see the module docstring)."""
 
     iterations: int
-    eta: float
+    eta: float  # the fixed step (``stepper`` None), the paper's form Z = Θ + ηG
     stop_rule: str = "none"
     tol: float = 1e-4
     keep_best: bool = False
     diverge: float = 10.0
     emit_every: int = 1
+
+
+@dataclass
+class Trace:
+    """What the solver panel shows beyond the objective: the step rule, header values, RTN's codes.
+
+    ``header``: values of step 0 (‖C‖_F, ‖C‖₂, their ratio); ``rtn_codes``: the codes of
+    round-to-nearest on W (quantizing runs), against which every emitted step counts the fraction of
+    codes that changed (``codes_changed``).
+    """
+
+    stepper: Stepper | None = None
+    header: dict[str, float] = field(default_factory=dict)
+    rtn_codes: Tensor | None = None
 
 
 @dataclass
@@ -53,10 +68,11 @@ class Outcome:
     objective: float
     objective_init: float
     iterations: int
-    stop: str  # max_iter | tol | diverged
+    stop: str  # max_iter | tol | diverged | fixed_point | stalled
     stop_value: float
     returned: str  # last | best | fallback
     best_step: int
+    codes_changed: float = math.nan  # fraction of the returned codes that differ from RTN's
 
 
 @dataclass(frozen=True)
@@ -95,6 +111,10 @@ class Quadratic:
         sq = max(sq, 0.0)
         return G, math.sqrt(sq / self.out_sq) if self.out_sq > 0 else math.sqrt(sq)
 
+    def loss(self, objective: float) -> float:
+        """The loss f = tr((W − Θ)C(W − Θ)ᵀ) from the relative error ``objective`` (as returned by :meth:`residual`)."""
+        return objective * objective * (self.out_sq if self.out_sq > 0 else 1.0)
+
     def ratio(self, value: float) -> float:
         """Return value / ‖W‖_F (value itself for an all-zero W)."""
         return value / self.w_norm if self.w_norm > 0 else value
@@ -107,27 +127,35 @@ def _grad_ratio(q: Quadratic, G: Tensor, it: Iterate, masked: bool) -> float:
     return q.ratio(2.0 * float(torch.linalg.norm(G)))
 
 
-def _values(q: Quadratic, prev: Iterate, new: Iterate, Z: Tensor) -> dict[str, float]:
-    """Per-step trace values: projection distance, step size, sparsity, mask churn, bits, Fig. 1 loss."""
-    values = {
-        "proj_dist": q.ratio(float(torch.linalg.norm(Z - new.theta))),
-        "change": q.ratio(float(torch.linalg.norm(new.theta - prev.theta))),
-        "bits": float(new.state.spec.bits) if new.state is not None else 32.0,
-    }
+def _values(q: Quadratic, prev: Iterate | None, new: Iterate, Z: Tensor | None, trace: Trace) -> dict[str, float]:
+    """Per-step trace values: projection distance, step size, sparsity, mask churn, bits, loss, codes changed.
+
+    ``loss`` is f = tr((W − Θ)C(W − Θ)ᵀ) itself (the objective field is its relative square root);
+    ``prev``/``Z`` None (step 0, a final step) leaves out the values that need them.
+    """
+    values = {"bits": float(new.state.spec.bits) if new.state is not None else 32.0}
+    if Z is not None:
+        values["proj_dist"] = q.ratio(float(torch.linalg.norm(Z - new.theta)))
+    if prev is not None:
+        values["change"] = q.ratio(float(torch.linalg.norm(new.theta - prev.theta)))
+    changed = _codes_changed(new, trace)
+    if math.isfinite(changed):
+        values["codes_changed"] = changed
     if new.keep is not None:
         values["sparsity"] = 1.0 - int(torch.count_nonzero(new.keep)) / new.keep.numel()
-        if prev.keep is not None:
+        if prev is not None and prev.keep is not None:
             moved = 0 if new.keep is prev.keep else int(torch.count_nonzero(new.keep != prev.keep))
             values["churn"] = moved / new.keep.numel()
     return values
 
 
-def _emitter(ctx: SolveContext) -> Callable[[int, float, dict[str, float]], None]:
-    """A callback sending one SolverStep (solver ``awp``) for this linear."""
+def _emitter(ctx: SolveContext, q: Quadratic) -> Callable[[int, float, dict[str, float]], None]:
+    """A callback sending one SolverStep (solver ``awp``) for this linear, its loss f among the values."""
 
     def emit(step: int, objective: float, values: dict[str, float]) -> None:
+        loss = {"loss": q.loss(objective)} if math.isfinite(objective) else {}
         ctx.emit(SolverStep(layer=ctx.layer, name=ctx.name, solver="awp", step=step,
-                            objective=objective, values=values))
+                            objective=objective, values=values | loss))
 
     return emit
 
@@ -143,18 +171,24 @@ class _Best:
             self.iterate, self.objective, self.step = it, objective, step
 
 
-def run_pgd(q: Quadratic, init: Iterate, project: Projector, schedule: Schedule, ctx: SolveContext) -> Outcome:
+def run_pgd(q: Quadratic, init: Iterate, project: Projector, schedule: Schedule, ctx: SolveContext,
+            trace: Trace | None = None) -> Outcome:
     """Algorithm 1 from ``init`` with ``project(Z, t)``; the returned iterate is ``project.finalize``d.
 
-    Emits a SolverStep at step 0, every ``schedule.emit_every`` steps and at the last step.
+    ``trace.stepper`` chooses η per step (default: the fixed ``schedule.eta``). Emits a SolverStep
+    at step 0, every ``schedule.emit_every`` steps and at the last step. When only quantizing, an
+    iterate equal to the previous one is a fixed point of every later step with a fixed η (Z depends
+    on Θ only and Proj_INT on Z only): the loop stops there (``fixed_point``), same result.
     """
-    emit = _emitter(ctx) if schedule.emit_every > 0 else lambda step, objective, values: None
+    trace = trace or Trace()
+    stepper = trace.stepper or Stepper("paper", schedule.eta)
+    emit = _emitter(ctx, q) if schedule.emit_every > 0 else lambda step, objective, values: None
     it = init
     G, objective = q.residual(init.theta)
     objective_init = objective
     best, stop, stop_value, steps, emitted = _Best(), "max_iter", math.nan, 0, 0
     best.offer(it, objective, 0)
-    emit(0, objective, {"grad": _grad_ratio(q, G, it, False)})
+    emit(0, objective, trace.header | _values(q, None, it, None, trace) | {"grad": _grad_ratio(q, G, it, False)})
     for t in range(1, schedule.iterations + 1):
         ctx.check_cancel()
         if schedule.stop_rule in ("full_grad", "masked_grad"):
@@ -162,18 +196,20 @@ def run_pgd(q: Quadratic, init: Iterate, project: Projector, schedule: Schedule,
             if stop_value < schedule.tol:
                 stop = "tol"
                 break
-        Z = it.theta + schedule.eta * G  # not torch.add(alpha=η): fused rounding changes Θ by ~1e-7
-        new = project(Z, t)
-        G_new, objective_new = q.residual(new.theta)
-        if not math.isfinite(objective_new) or objective_new > schedule.diverge:
-            ctx.warn(f"awp diverged at step {t} (relative error {objective_new:.3g}); returning the best "
+        trial = stepper.step(q, it, G, objective, project, t)
+        if trial is None:
+            stop = "stalled"
+            break
+        if not math.isfinite(trial.objective) or trial.objective > schedule.diverge:
+            ctx.warn(f"awp diverged at step {t} (relative error {trial.objective:.3g}); returning the best "
                      "iterate so far: lower the eta scale")
-            stop, stop_value = "diverged", objective_new
+            stop, stop_value = "diverged", trial.objective
             break
         due = schedule.emit_every > 0 and t % schedule.emit_every == 0
-        values = _values(q, it, new, Z) if due else {}
-        change = q.ratio(float(torch.linalg.norm(new.theta - it.theta))) if schedule.stop_rule == "rel_change" else 0
-        it, G, objective, steps = new, G_new, objective_new, t
+        values = _values(q, it, trial.iterate, trial.Z, trace) | {"eta": trial.eta} if due else {}
+        change = q.ratio(float(torch.linalg.norm(trial.iterate.theta - it.theta)))
+        fixed = project.target is None and stepper.kind != "backtracking" and change == 0.0
+        it, G, objective, steps = trial.iterate, trial.G, trial.objective, t
         best.offer(it, objective, t)
         if due:
             emit(t, objective, values | {"grad": _grad_ratio(q, G, it, False)})
@@ -181,10 +217,22 @@ def run_pgd(q: Quadratic, init: Iterate, project: Projector, schedule: Schedule,
         if schedule.stop_rule == "rel_change" and change < schedule.tol:
             stop, stop_value = "tol", change
             break
+        if fixed:
+            stop = "fixed_point"
+            break
     if steps != emitted:
-        emit(steps, objective, {"grad": _grad_ratio(q, G, it, False)})
+        emit(steps, objective, _values(q, None, it, None, trace) | {"grad": _grad_ratio(q, G, it, False)})
     out = Outcome(it, objective, objective_init, steps, stop, stop_value, "last", steps)
-    return _finish(q, out, best, project, schedule)
+    out = _finish(q, out, best, project, schedule)
+    out.codes_changed = _codes_changed(out.iterate, trace)
+    return out
+
+
+def _codes_changed(it: Iterate, trace: Trace) -> float:
+    """Fraction of ``it``'s codes that differ from round-to-nearest's (nan when not quantized)."""
+    if it.state is None or trace.rtn_codes is None or it.state.codes.shape != trace.rtn_codes.shape:
+        return math.nan
+    return int(torch.count_nonzero(it.state.codes != trace.rtn_codes)) / it.state.codes.numel()
 
 
 def _finish(q: Quadratic, out: Outcome, best: _Best, project: Projector, schedule: Schedule) -> Outcome:
