@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -132,11 +133,29 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
                      f"before {before:.3f} → after {after:.3f}{change}")
     if not result.get("ppl"):
         lines.append("no perplexity: the parent run evaluated nothing (--eval none)")
-    lines.append(f"masks kept: every pruned weight is exactly 0 in the merged model (achieved sparsity "
-                 f"{result['achieved_sparsity']:.4f})")
+    zeros, parent = result.get("zeros"), result.get("parent_achieved_sparsity")
+    lines.append(zeros_line(zeros, parent if isinstance(parent, int | float) else None) if zeros else
+                 "masks: not measured (the recovery ended before the merge)")
     seconds = result.get("seconds") or {}
     cells = "  ".join(f"{name.replace('_', ' ')} {value:.1f} s" for name, value in seconds.items())
     lines.append(f"seconds: {cells}  on {result.get('device')}")
     lines.append(f"run record: {result['run_dir']} (parent {result['parent']})")
     return lines
 
+
+def zeros_line(zeros: Mapping[str, Any], parent_sparsity: float | None) -> str:
+    """The summary's line on the zeros, from result.json ``zeros`` (:func:`toolkit.run.recover_zeros.measure_zeros`).
+
+    Every number is counted on the recovered weights; a keep-mask that kept pruned weights (they
+    trained) makes the line say so, with the linears where it happened.
+    """
+    before, still, lost = zeros["parent_zeros"], zeros["still_zero"], zeros["parent_zeros"] - zeros["still_zero"]
+    parent = f", the parent's {parent_sparsity:.4f}" if parent_sparsity is not None else ""
+    sparsity = f"achieved sparsity {zeros['achieved_sparsity']:.4f} (counted on the recovered weights{parent})"
+    if not lost and not zeros["dropped_nonzero"]:
+        return f"masks kept: all {still:,} weights that were exactly 0 in the parent's model are still 0; {sparsity}"
+    rows = zeros.get("trained") or []
+    where = "; ".join(f"layer {r['layer']} {r['name']}: {r['nonzero_after']:,}" for r in rows[:3])
+    return (f"masks NOT kept: {lost:,} of the {before:,} weights that were exactly 0 in the parent's model are "
+            f"nonzero after recovery ({where}{'; …' if len(rows) > 3 else ''}): the stored keep-masks keep them, so "
+            f"they trained; {sparsity}")

@@ -11,13 +11,15 @@ What :func:`recover` does with the saved model of run ``RUN`` (``RUN/model``):
    calibration text with its seed (:func:`toolkit.data.text.calibration_windows`). The first
    ``nsamples`` of them are the parent's own calibration windows.
 4. Perplexity before (the parent's saved model) on the parent's evaluation protocol; masked-LoRA
-   training (:mod:`toolkit.engine.lora`, :mod:`toolkit.engine.finetune`); the merge; a check that
-   every pruned weight is exactly 0; the checkpoint; perplexity after.
+   training (:mod:`toolkit.engine.lora`, :mod:`toolkit.engine.finetune`); the merge; the zeros and
+   the achieved sparsity counted on the merged weights (:mod:`toolkit.run.recover_zeros`: every weight
+   a keep-mask drops must be 0; zeros a keep-mask keeps train and are reported); the checkpoint;
+   perplexity after.
 5. A new run in the parent's store. Its ``config.json`` has method ``recover``, ``parent`` (the
    parent's run id) and the settings. Its ``masks/`` hold the keep-masks the recovery kept, and
    ``model/`` the merged checkpoint (written as ``model.partial`` and renamed at the end).
-   ``result.json`` adds ``ppl_before``, ``ppl`` (after), ``loss``/``lr`` per step and ``seconds``
-   per phase. Its events: ``RunStarted`` (options: the settings), ``EvalPoint`` "pruned" (before),
+   ``result.json`` adds ``ppl_before``, ``ppl`` (after), ``loss``/``lr`` per step, ``seconds``
+   per phase, ``zeros`` (measured) and ``parent_achieved_sparsity`` beside the measured ``achieved_sparsity``. Its events: ``RunStarted`` (options: the settings), ``EvalPoint`` "pruned" (before),
    one ``RecoveryStep`` per step, ``EvalPoint`` "recovered" (after), ``RunFinished``.
 
 The parent's folder is only read. A failure or cancel marks the new run failed/cancelled
@@ -46,11 +48,10 @@ from toolkit.engine.lora import (
     check_rank,
     linear_names,
     merge_masked_lora,
-    pruned_entries_nonzero,
 )
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.evaluation.perplexity import perplexity
-from toolkit.events import EvalPoint, Event, RunFailed, RunFinished, RunStarted
+from toolkit.events import EvalPoint, Event, RunFailed, RunFinished, RunStarted, RunWarning
 from toolkit.models.layers import decoder_layers, get_weight
 from toolkit.models.load import LoadedModel, load_model
 from toolkit.models.shrunk import save_shrunk
@@ -61,6 +62,7 @@ from toolkit.run.pipeline import bos_id
 from toolkit.run.preflight import check_writable_dir
 from toolkit.run.provenance import peak_rss_mb, versions
 from toolkit.run.recover_config import METHOD, ParentRun, RecoverConfig, read_parent, run_config
+from toolkit.run.recover_zeros import ParentZeros, kept_zeros_warning, measure_zeros, parent_zeros
 from toolkit.runtime.devices import resolve_device
 from toolkit.store.runs import SCHEMA, RunWriter
 
@@ -79,6 +81,7 @@ class Prepared:
     train_windows: Tensor  # (steps · batch_size, seqlen) int64
     test: Tensor | None  # evaluation windows, or None when the parent evaluated nothing
     seconds: dict[str, float]
+    zeros: ParentZeros  # the parent's zeros, counted on its saved weights before training
 
 
 @dataclasses.dataclass
@@ -89,6 +92,7 @@ class Outcome:
     ppl: dict[str, float] = dataclasses.field(default_factory=dict)
     trained: TrainResult | None = None
     checkpoint: dict[str, Any] | None = None
+    zeros: dict[str, Any] | None = None  # measured on the merged weights (toolkit.run.recover_zeros)
 
 
 def recover(config: RecoverConfig, emit: Callable[[Event], None], cancel: CancelToken,
@@ -158,6 +162,7 @@ def prepare(config: RecoverConfig, parent: ParentRun) -> Prepared:
     check_rank(loaded.model, config.rank)
     masks = keep_masks(loaded.model, parent)
     check_masks(loaded.model, masks, parent.run_id)
+    zeros = parent_zeros(linear_names(loaded.model), masks)
     bos = bos_id(loaded)
     tokens = load_tokens(parent.calib, "train", loaded.codec, parent.encoding)
     count = config.steps * parent.batch_size
@@ -171,7 +176,7 @@ def prepare(config: RecoverConfig, parent: ParentRun) -> Prepared:
         test = eval_windows(load_tokens(parent.eval_data, "test", loaded.codec, parent.encoding),
                             parent.eval_seqlen, parent.eval_windows, bos)
     return Prepared(config, parent, loaded, device, masks, windows, test,
-                    {"load": time.perf_counter() - start})
+                    {"load": time.perf_counter() - start}, zeros)
 
 
 def keep_masks(model: nn.Module, parent: ParentRun) -> dict[nn.Module, Tensor]:
@@ -204,6 +209,8 @@ def _run(run: Prepared, writer: RunWriter, record: Callable[[Event], None], tick
                       num_layers=len(decoder_layers(model)),
                       linears=list(dict.fromkeys(name for _, name, _ in linears.values())), device=str(run.device),
                       compression=parent.record.compression))
+    if warning := kept_zeros_warning(run.zeros):
+        record(RunWarning(message=warning))
     outcome.ppl_before = _evaluate(run, "pruned", record, ticks)
     start = time.perf_counter()
     with torch.random.fork_rng(devices=[]):  # seeded adapters and dropout; the caller's generator is left alone
@@ -215,9 +222,9 @@ def _run(run: Prepared, writer: RunWriter, record: Callable[[Event], None], tick
     start = time.perf_counter()
     model = merge_masked_lora(peft_model).to("cpu")
     run.loaded.model = model
-    stray = pruned_entries_nonzero(model, run.masks)
-    if stray:  # an invariant of the masked update (toolkit/engine/lora.py), never a user's mistake
-        raise AssertionError(f"{stray} pruned weights are nonzero after the merge")
+    outcome.zeros = measure_zeros(linears, run.masks, run.zeros, _params_before(run))
+    if outcome.zeros["dropped_nonzero"]:  # an invariant of the masked update (toolkit/engine/lora.py)
+        raise AssertionError(f"{outcome.zeros['dropped_nonzero']} pruned weights are nonzero after the merge")
     outcome.checkpoint = _save(run, writer.path)
     run.seconds["save"] = time.perf_counter() - start
     writer.write_result(_result(run, writer, outcome))
@@ -303,6 +310,9 @@ def _result(run: Prepared, writer: RunWriter, outcome: Outcome) -> dict[str, Any
     kept, total = sum(int(m.sum()) for m in masks.values()), sum(m.numel() for m in masks.values())
     accounting = dict(parent_result.get("accounting") or {"params_before": total, "params_after": total,
                                                            "nonzeros_kept": kept})
+    zeros = outcome.zeros
+    if zeros is not None:  # what the recovered weights keep, counted on them (the parent's figure is kept beside)
+        accounting["nonzeros_kept"] = zeros["nonzeros"]
     if outcome.checkpoint is not None:
         accounting["checkpoint_bytes"] = outcome.checkpoint["bytes"]
     trained = outcome.trained or TrainResult()
@@ -311,7 +321,8 @@ def _result(run: Prepared, writer: RunWriter, outcome: Outcome) -> dict[str, Any
         "schema": SCHEMA, "model": parent.config.get("model", "?"), "method": METHOD, "parent": parent.run_id,
         "parent_method": parent.config.get("method"), "compression": parent.record.compression,
         "sparsity": parent.config.get("sparsity"), "quant": None, "options": _settings(run),
-        "achieved_sparsity": float(parent_result.get("achieved_sparsity", 1.0 - kept / max(total, 1))),
+        "achieved_sparsity": float(zeros["achieved_sparsity"] if zeros is not None else 1.0 - kept / max(total, 1)),
+        "parent_achieved_sparsity": parent_result.get("achieved_sparsity"), "zeros": zeros,
         "accounting": accounting, "ppl_before": outcome.ppl_before, "ppl": outcome.ppl,
         "dense_ppl": dict(parent_result.get("dense_ppl") or {}), "prune_seconds": trained.seconds,
         "seconds": seconds, "loss": trained.losses, "lr": trained.lrs, "checkpoint": outcome.checkpoint,
@@ -319,6 +330,13 @@ def _result(run: Prepared, writer: RunWriter, outcome: Outcome) -> dict[str, Any
         "run_id": writer.run_id, "run_dir": str(writer.path), "masks": writer.masks_written, "versions": versions(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+
+
+def _params_before(run: Prepared) -> int:
+    """The parent's linear weights before its compression (its accounting), else the masks' total."""
+    accounting = (run.parent.record.result or {}).get("accounting") or {}
+    value = accounting.get("params_before")
+    return int(value) if isinstance(value, int) else sum(keep.numel() for keep in run.masks.values())
 
 
 def _message(exc: BaseException) -> str:
