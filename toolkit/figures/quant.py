@@ -39,7 +39,8 @@ def projection_figure(steps: Sequence[SolverStep], *, revision: Any = None) -> g
     """AWP's projection trace for one linear: three panels sharing the iteration axis.
 
     1. ‖Z^(t) − Θ^(t+1)‖_F / ‖W‖_F, the distance moved by Proj_𝒞 (log scale);
-    2. the fraction of zeros of the projected iterate (the joint ramp 0 → p, then held);
+    2. the fraction of zeros of the projected iterate (the joint ramp 0 → p, then held); when only
+       quantizing, the fraction of codes that differ from round-to-nearest's instead;
     3. the bits of the grid the iterate lies on (32 before the joint schedule quantizes).
     Steps without a value (step 0, the thinned ones) leave a gap.
     """
@@ -57,17 +58,21 @@ def projection_figure(steps: Sequence[SolverStep], *, revision: Any = None) -> g
                 "yaxis": f"y{axis if axis > 1 else ''}", "marker": {"size": 4, "color": color},
                 "line": {"color": color}}
 
-    data = [line("proj_dist", "projection distance", 1, PALETTE[0]), line("sparsity", "sparsity", 2, PALETTE[1]),
+    # quantizing only (no sparsity values): the middle panel shows the codes moved from round-to-nearest
+    codes = not any("sparsity" in s.values for s in steps) and any("codes_changed" in s.values for s in steps)
+    key, name, unit, middle = (("codes_changed", "codes changed", "codes", "codes changed from round-to-nearest")
+                               if codes else ("sparsity", "sparsity", "zeros", "sparsity of the iterate"))
+    data = [line("proj_dist", "projection distance", 1, PALETTE[0]), line(key, name, 2, PALETTE[1]),
             line("bits", "bits", 3, PALETTE[2])]
     dists = [v for v in (s.values.get("proj_dist", math.nan) for s in steps) if math.isfinite(v)]
     domains = stacked(3)
-    titles = ("‖Z − Θ‖ / ‖W‖ moved by the projection", "sparsity of the iterate", "grid bits (32 = not quantized)")
+    titles = ("‖Z − Θ‖ / ‖W‖ moved by the projection", middle, "grid bits (32 = not quantized)")
     layout = base_layout(f"awp projection · layer {first.layer} · {first.name}", height, revision,
                          margin={"l": 60, "r": 20, "t": 64, "b": 40}, showlegend=False,
                          xaxis={"anchor": "y3", "title": {"text": "iteration"}},
                          yaxis={"domain": domains[0], "title": {"text": "distance"},
                                 "type": "log" if dists and min(dists) > 0 else "linear"},
-                         yaxis2={"domain": domains[1], "title": {"text": "zeros"}, "tickformat": ".0%",
+                         yaxis2={"domain": domains[1], "title": {"text": unit}, "tickformat": ".0%",
                                  "rangemode": "tozero"},
                          yaxis3={"domain": domains[2], "title": {"text": "bits"}, "rangemode": "tozero"},
                          annotations=[panel_title(t, 0.5, d[1]) for t, d in zip(titles, domains, strict=True)])

@@ -269,7 +269,9 @@ def _solver_lines(steps: Sequence[SolverStep], revision: Any, height: int) -> go
     else:
         trace["marker"] = {"size": 5, "color": PALETTE[0]}
     positive = all(s.objective > 0 for s in steps if math.isfinite(s.objective))
-    layout = base_layout(f"{first.solver} convergence · layer {first.layer} · {first.name}", height, revision,
+    ratio = first.values.get("c_ratio", math.nan)  # AWP: ‖C‖_F/‖C‖₂, how far the paper's step is below 1/L
+    tail = f" · ‖C‖_F/‖C‖₂ {ratio:.3g}" if math.isfinite(ratio) else ""
+    layout = base_layout(f"{first.solver} convergence · layer {first.layer} · {first.name}{tail}", height, revision,
                          xaxis={"title": {"text": "iteration"}},
                          yaxis={"title": {"text": "objective"}, "type": "log" if positive else "linear"},
                          showlegend=False)

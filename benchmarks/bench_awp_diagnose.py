@@ -1,0 +1,100 @@
+"""Why AWP's quantization stays near round-to-nearest: per linear, ‖C‖_F/‖C‖₂, the loss per iteration, codes moved.
+
+Runs AWP quantize-only (default ``int4:g128``) on the embedded model with each ``--steps`` variant
+(``paper``, ``spectral``, ``backtracking``; ``iterations`` fixed at the paper's 10 unless given), no
+evaluation, and prints one JSON object per linear and variant, read from the run's own events (the
+SolverSteps AWP emits, the same the app's solver panel draws, and SublayerPruned.info):
+
+- ``c_fro``, ``c_spec``, ``c_ratio``: ‖C‖_F, ‖C‖₂ (power iteration, ``power_iters`` of the run) and
+  their ratio, C the Gram matrix XXᵀ/N the engine hands AWP;
+- ``eta``: the step (the first trial step of the last iteration for backtracking);
+- ``loss``: tr((W − Θ)C(W − Θ)ᵀ) at every emitted iteration (0 = RTN), ``objective`` its relative square
+  root ‖(W − Θ)C^½‖_F/‖WC^½‖_F;
+- ``codes_changed``: the fraction of codes different from RTN's at every iteration, and the final one.
+
+Protocol: calibration wiki train 32 × 512 seed 0 (``--nsamples`` to shorten, then the JSON says so).
+
+    python -m benchmarks.bench_awp_diagnose --json benchmarks/results/awp_diagnose_cpu.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import time
+from typing import Any
+
+from benchmarks.records import emit
+from toolkit.api import RunConfig, prune_model
+from toolkit.events import Event, SolverStep, SublayerPruned
+
+
+def _git() -> str | None:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "toolkit"]).returncode
+        return head + ("+" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def diagnose(args: argparse.Namespace, step: str) -> list[dict[str, Any]]:
+    """One AWP quantize-only run with ``step``; one record per linear from its events."""
+    steps: dict[tuple[int, str], list[SolverStep]] = {}
+    done: list[SublayerPruned] = []
+
+    def collect(event: Event) -> None:
+        if isinstance(event, SolverStep) and event.solver == "awp":
+            steps.setdefault((event.layer, event.name), []).append(event)
+        elif isinstance(event, SublayerPruned):
+            done.append(event)
+
+    options = {"step": step, **({"iterations": str(args.iterations)} if args.iterations else {})}
+    config = RunConfig(model=args.model, method="awp", sparsity=None, quant=args.quant, options=options,
+                       nsamples=args.nsamples, seqlen=args.seqlen, seed=0, eval_data=None, out_dir=args.out)
+    start = time.perf_counter()
+    result = prune_model(config, on_event=collect)
+    seconds = time.perf_counter() - start
+    protocol = {"calibration": {"source": "wiki", "nsamples": args.nsamples, "seqlen": args.seqlen, "seed": 0},
+                "device": result["device"], "git": _git(), "run_seconds": round(seconds, 1)}
+    return [_record(event, steps.get((event.layer, event.name), []), args, step, protocol) for event in done]
+
+
+def _record(event: SublayerPruned, trace: list[SolverStep], args: argparse.Namespace, step: str,
+            protocol: dict[str, Any]) -> dict[str, Any]:
+    info = event.info
+    return {
+        "benchmark": "awp_diagnose", "model": args.model, "quant": args.quant, "step": step,
+        "layer": event.layer, "name": event.name, "shape": event.shape,
+        "c_fro": info.get("c_fro"), "c_spec": info.get("c_spec"), "c_ratio": info.get("c_ratio"),
+        "eta": info.get("eta"), "eta_last": info.get("eta_last"), "iterations": info.get("iterations"),
+        "stop": info.get("stop"), "residuals": info.get("residuals"),
+        "iteration": [s.step for s in trace], "loss": [s.values.get("loss") for s in trace],
+        "objective": [s.objective for s in trace],
+        "codes_changed_trace": [s.values.get("codes_changed") for s in trace],
+        "objective_init": info.get("objective_init"), "objective_final": info.get("objective"),
+        "codes_changed": info.get("codes_changed"), "rel_error": event.rel_error, "seconds": round(event.seconds, 3),
+        **protocol,
+    }
+
+
+def main() -> None:
+    """Diagnose every ``--steps`` variant; one JSON line per linear and variant."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--quant", default="int4:g128")
+    parser.add_argument("--steps", nargs="+", default=["paper", "spectral", "backtracking"])
+    parser.add_argument("--iterations", type=int, default=0, help="0 = the mode's count (the paper's 10)")
+    parser.add_argument("--nsamples", type=int, default=32)
+    parser.add_argument("--seqlen", type=int, default=512)
+    parser.add_argument("--out", default="runs")
+    parser.add_argument("--json", default=None, help="also append the objects to this JSON-lines file")
+    args = parser.parse_args()
+    for step in args.steps:
+        for record in diagnose(args, step):
+            emit(record, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""AWP's solver panel for a quantize-only run: the events a run emits draw the loss, ‖C‖_F/‖C‖₂ and codes moved."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import torch
+
+from tests.helpers.stats import correlated_stats
+from toolkit.events import SolverStep
+from toolkit.figures.registry import solver_figures
+from toolkit.live.view import fold
+from toolkit.methods import awp
+from toolkit.methods.base import SolveContext
+from toolkit.spec.compression import QuantSpec
+
+
+def test_a_quantize_only_run_draws_the_convergence_and_the_codes_moved_from_rtn() -> None:
+    _, stats = correlated_stats(64, seed=2)
+    W = torch.randn(32, 64, generator=torch.Generator().manual_seed(4))
+    events: list = []
+    awp.prune(W, stats, None, awp.SPEC.make_config({"step": "spectral"}),
+              SolveContext(layer=3, name="mlp.down_proj", quant=QuantSpec(2, 16), emit=events.append))
+    steps = [e for e in events if isinstance(e, SolverStep)]
+    figures = solver_figures(fold(events))
+    convergence, projection = (go.Figure(figures[k].to_dict()) for k in ("solver", "lambda"))
+    assert "‖C‖_F/‖C‖₂" in convergence.layout.title.text and "mlp.down_proj" in convergence.layout.title.text
+    assert list(convergence.data[0].y) == [s.objective for s in steps]
+    _, codes, bits = projection.data
+    assert codes.name == "codes changed" and "round-to-nearest" in str(projection.layout.annotations[1].text)
+    moved = [s.values["codes_changed"] for s in steps if "proj_dist" in s.values]
+    assert list(codes.y) == moved and max(moved) > 0  # the spectral step moves codes on this layer
+    assert set(bits.y) == {2.0}
