@@ -30,6 +30,7 @@ from toolkit.live.phase import format_seconds
 from toolkit.live.recovery import RecoveryView, fold_recovery
 from toolkit.live.view import TERMINAL, RunView, fold, settle, trace_for, traced_linears
 from toolkit.store.runs import RunRecord
+from toolkit.store.safe_text import code, markdown
 
 log = logging.getLogger(__name__)
 RECOVER = "recover"  # a recovery run's method (toolkit.run.recover_config.METHOD; the app never imports torch)
@@ -194,8 +195,8 @@ def recovery_markdown(view: RecoveryView, elapsed: float = math.nan) -> str:
                      f"({data.get('split', 'train')}, seed {data.get('seed')}; the first windows are the parent's "
                      "calibration)")
     kept = "stored keep-masks" if parent.get("masks", "stored") == "stored" else parent.get("masks")
-    lines.append(f"\nRun `{view.run_id}` recovers run `{view.parent}` ({parent.get('method', '?')} {view.label}, "
-                 f"its {kept} kept): **Open the parent run** replays it.")
+    lines.append(f"\nRun {code(view.run_id)} recovers run {code(view.parent)} ({parent.get('method', '?')} "
+                 f"{view.label}, its {kept} kept): **Open the parent run** replays it.")
     return "\n".join(lines)
 
 
@@ -205,7 +206,7 @@ def _fmt(value: float) -> str:
 
 def _refused(message: str) -> dict[str, Any]:
     """One line and every panel hidden: nothing of an earlier replay stays on the page beside the message."""
-    return {"status": f"**⚠ {message}**", "visible": dict.fromkeys(PANELS, False), "traces": [], "parent": "",
+    return {"status": f"**⚠ {markdown(message)}**", "visible": dict.fromkeys(PANELS, False), "traces": [], "parent": "",
             "card": "", "result": "", "warnings": "", "generations": ""}
 
 
@@ -232,9 +233,10 @@ def replay_view(run_id: str, runs_dir: str) -> dict[str, Any]:
         log.exception("replay failed")
         return _refused(f"run {run_id} could not be replayed ({type(exc).__name__}: {exc})")
     if not events:
-        update["status"] = f"Run `{run_id}` has no events yet (status {record.status})."
+        update["status"] = f"Run {code(run_id)} has no events yet (status {record.status})."
     if record.status == "damaged":
-        update["status"] = f"**⚠ damaged: {record.error}** · what could be read is shown below.\n\n{update['status']}"
+        update["status"] = (f"**⚠ damaged: {markdown(record.error)}** · what could be read is shown below.\n\n"
+                            f"{update['status']}")
     return update
 
 

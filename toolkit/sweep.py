@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import itertools
-import json
 import math
 import statistics
 import time
@@ -27,7 +26,7 @@ from toolkit.methods import get_method
 from toolkit.spec.allocation import UNIFORM, Allocation, parse_allocation
 from toolkit.spec.compression import QuantSpec, parse_quant, target_kind
 from toolkit.spec.targets import Target, parse_sparsity
-from toolkit.store.runs import STAMP
+from toolkit.store.runs import last_stamp
 
 COLUMNS = ("method", "sparsity", "achieved_sparsity", "ppl", "dense_ppl", "prune_seconds", "status", "reused", "run_id",
            "pattern", "quant", "bits_per_weight", "accuracy", "dense_accuracy", "allocation", "seed")
@@ -318,7 +317,7 @@ def run_wall_seconds(record: Any) -> float:
     the whole run but loading the model); for runs from before stamps, from the id's start stamp to
     result.json's ``finished_at`` (which leaves out the pruned evaluation, so it is shorter).
     """
-    last = _last_stamp(Path(record.path) / "events.jsonl") if getattr(record, "path", None) else math.nan
+    last = last_stamp(record.path) if getattr(record, "path", None) else math.nan
     if math.isfinite(last) and last > 0:
         return last
     result = record.result if isinstance(record.result, dict) else {}
@@ -328,17 +327,6 @@ def run_wall_seconds(record: Any) -> float:
     except (ValueError, OverflowError):
         return math.nan
     return end - start if end > start else math.nan
-
-
-def _last_stamp(events: Path) -> float:
-    """The :data:`~toolkit.store.runs.STAMP` of the last line of ``events`` (read from its tail), or nan."""
-    try:
-        with open(events, "rb") as handle:
-            handle.seek(max(0, handle.seek(0, 2) - 8192))  # the tail: more than one event line
-            lines = handle.read().splitlines()
-        return _num(json.loads(lines[-1].decode("utf-8")).get(STAMP)) if lines else math.nan
-    except (OSError, ValueError, AttributeError):
-        return math.nan
 
 
 def _tokens(config: Any) -> float:

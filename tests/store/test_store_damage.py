@@ -133,14 +133,14 @@ def test_a_run_whose_last_event_is_run_finished_is_finished_whatever_status_says
 
 def test_permission_denied_is_one_damaged_row(store: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     root, good, victim = store
-    real = Path.read_bytes
+    real = os.open
 
-    def read_bytes(self: Path) -> bytes:
-        if self == victim / "result.json":
+    def refuse(path: str | os.PathLike[str], flags: int, *args: int) -> int:
+        if Path(path) == victim / "result.json":
             raise PermissionError(13, "Permission denied")
-        return real(self)
+        return real(path, flags, *args)
 
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(os, "open", refuse)  # as a chmod 000 would, also where the tests run as root
     records = {r.path: r for r in list_runs(root)}
     assert records[good].status == "finished"
     assert records[victim].status == "damaged" and "permission denied" in records[victim].error

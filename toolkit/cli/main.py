@@ -329,7 +329,8 @@ def _methods(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from toolkit.api import list_runs
+    from toolkit.cli.view import run_lines  # the store directly, not through toolkit.api
+    from toolkit.store.runs import list_runs
 
     root = Path(args.out)
     if not root.is_dir():
@@ -337,11 +338,7 @@ def _runs(args: argparse.Namespace) -> int:
                            "given to `prune --out` (default: runs)")
     records = list_runs(root)
     if not records:
-        print(f"no runs in {args.out}")
-    for record in records:
-        cfg, res = record.config, record.result or {}
-        ppl = ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} –" for k, v in res.get("ppl", {}).items())
-        status = f"damaged: {record.error}" if record.status == "damaged" else record.status
-        print(f"{record.run_id:<48} {status:<11} {cfg.get('model', '?'):<14} {cfg.get('method', '?'):<10} "
-              f"{record.label:<8} {ppl}")
+        print(f"no runs in {args.out!r}")
+    for line in run_lines(records):
+        print(line)
     return 0

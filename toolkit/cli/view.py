@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from tqdm.auto import tqdm
@@ -25,6 +26,8 @@ from toolkit.events import (
     RunWarning,
     SublayerPruned,
 )
+from toolkit.store.runs import RunRecord
+from toolkit.store.safe_text import terminal
 
 UNITS = {"perplexity": "window", "generation": "prompt"}  # EvalProgress.what → bar unit (a task: requests)
 
@@ -241,3 +244,19 @@ def checkpoint_summary(checkpoint: dict[str, Any] | None) -> None:
           "(codes, scales and zero points as stored)")
     if "sparse_note" in checkpoint:
         print(f"note: {checkpoint['sparse_note']}")
+
+def run_lines(records: Sequence[RunRecord]) -> list[str]:
+    r"""``python -m toolkit runs``: one line a run (id, status or ``damaged: <why>``, model, method, label, ppl).
+
+    Every value comes from a run folder, so each passes through :func:`toolkit.store.safe_text.terminal`:
+    an escape sequence in a folder name or a config value is printed as ``\x1b[…``, never obeyed.
+    """
+    lines = []
+    for record in records:
+        cfg, res = record.config, record.result or {}
+        ppl = ", ".join(f"{terminal(k)} {v:.2f}" if v is not None else f"{terminal(k)} –"
+                        for k, v in res.get("ppl", {}).items())
+        status = f"damaged: {record.error}" if record.status == "damaged" else record.status
+        lines.append(f"{terminal(record.run_id):<48} {terminal(status):<11} {terminal(cfg.get('model', '?')):<14} "
+                     f"{terminal(cfg.get('method', '?')):<10} {terminal(record.label):<8} {ppl}")
+    return lines

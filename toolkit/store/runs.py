@@ -26,12 +26,8 @@ masks and quantization states load with ``allow_pickle=False``.
 
 from __future__ import annotations
 
-import contextlib
-import json
+import io
 import math
-import os
-import secrets
-import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,6 +39,7 @@ import numpy as np
 from toolkit.errors import ToolkitError
 from toolkit.events import Event, RunWarning, event_from_dict
 from toolkit.spec.compression import parse_compression
+from toolkit.store import reader
 from toolkit.store.schema import (
     WRITTEN_STATUSES,
     check_config,
@@ -53,118 +50,12 @@ from toolkit.store.schema import (
     live_pid,
     read_json,
 )
+from toolkit.store.writer import SCHEMA, STAMP, RunWriter, StoredQuant, mask_file
+
+__all__ = ["SCHEMA", "STAMP", "STATUSES", "RunRecord", "RunWriter", "StoredQuant", "find_finished", "last_stamp",
+           "list_runs", "open_run"]
 
 STATUSES = (*WRITTEN_STATUSES, "interrupted", "damaged")  # the last two are read, never written
-STAMP = "at_s"  # on each events.jsonl line: seconds since the run record was created (absent in older runs)
-SCHEMA = 2  # the layout this module writes; readers accept 1 and 2
-
-
-@dataclass(frozen=True)
-class StoredQuant:
-    """A linear's quantization state as stored.
-
-    Codes (out, in) uint8, scales and zero points (out, groups) float32, and the grid (dequantized
-    ŵ = (codes − zeros) · scales per group).
-    """
-
-    codes: np.ndarray
-    scales: np.ndarray
-    zeros: np.ndarray
-    bits: int
-    group_size: int
-    symmetric: bool
-
-
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in text).strip("-")
-
-
-def _mask_file(layer: int, name: str) -> str:
-    return f"L{layer:03d}__{name}.npz"
-
-
-class RunWriter:
-    """Writes one run as it happens (schema :data:`SCHEMA`); :meth:`finish` / :meth:`fail` close it."""
-
-    def __init__(self, root: str | Path, config: dict[str, Any]) -> None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        raw = config.get("compression")
-        compression = raw if isinstance(raw, dict) else {}
-        what = compression.get("label") or config.get("sparsity", "")
-        run_id = f"{stamp}-{_slug(config.get('method', 'run'))}-{_slug(str(what))}-{secrets.token_hex(2)}"
-        self.path = Path(root) / run_id
-        (self.path / "masks").mkdir(parents=True)
-        self.run_id = run_id
-        self._structure: list[dict[str, Any]] = []
-        self.masks_written = 0
-        _write_json(self.path / "config.json", {**config, "schema": SCHEMA})
-        self._status("running")
-        self._opened = time.monotonic()
-        self._events = open(self.path / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115 - closed in finish/fail
-
-    def _status(self, status: str, error: str = "") -> None:
-        _write_json(self.path / "status.json", {"status": status, "error": error, "pid": os.getpid()})
-
-    def event(self, event: Event) -> None:
-        """Append one event (flushed, so a live reader sees it), stamped with :data:`STAMP`.
-
-        The stamp is when the event was written, which is when a live consumer received it (the run
-        writes, then emits): a replay folds each event at its stamp and shows the elapsed time the
-        live run showed.
-        """
-        line = {**event.to_dict(), STAMP: round(time.monotonic() - self._opened, 3)}
-        self._events.write(json.dumps(line) + "\n")
-        self._events.flush()
-
-    def mask(self, layer: int, name: str, keep_mask: np.ndarray) -> None:
-        """Store a keep-mask (bool, (out, in)) bit-packed."""
-        keep = np.asarray(keep_mask, dtype=bool)
-        np.savez(self.path / "masks" / _mask_file(layer, name), bits=np.packbits(keep.ravel()),
-                 shape=np.array(keep.shape))
-        self.masks_written += 1
-
-    def quant(self, layer: int, name: str, state: StoredQuant) -> None:
-        """Store a linear's quantization state (codes, scales, zeros and the grid) beside its mask."""
-        folder = self.path / "quant"
-        folder.mkdir(exist_ok=True)
-        np.savez(folder / _mask_file(layer, name), codes=np.asarray(state.codes, dtype=np.uint8),
-                 scales=np.asarray(state.scales, dtype=np.float32), zeros=np.asarray(state.zeros, dtype=np.float32),
-                 bits=np.array(state.bits), group_size=np.array(state.group_size), symmetric=np.array(state.symmetric))
-
-    def structure(self, change: dict[str, Any]) -> None:
-        """Append one structure change (plain data: layer, units kept, new shapes) to structure.json."""
-        self._structure.append(change)
-        _write_json(self.path / "structure.json", {"schema": SCHEMA, "changes": self._structure})
-
-    def write_result(self, result: dict[str, Any]) -> None:
-        """Write result.json (what the compression did; the status still says whether the run finished)."""
-        _write_json(self.path / "result.json", {**result, "masks": self.masks_written, "schema": SCHEMA})
-
-    def finish(self, result: dict[str, Any]) -> None:
-        """Write result.json, then mark the run finished."""
-        self._events.close()
-        self.write_result(result)
-        self._status("finished")
-
-    def fail(self, error: str, cancelled: bool, keep_result: bool = False) -> None:
-        """Mark the run failed or cancelled; remove anything that would claim success.
-
-        ``keep_result`` keeps a result.json written after the compression finished (a later step such as
-        evaluation failed). Best effort when the disk is full: status.json is written in place if the
-        atomic write fails, and a reader tells a dead writer's ``running`` as ``interrupted``.
-        """
-        if not self._events.closed:
-            with contextlib.suppress(OSError):  # the tail could not be flushed (disk full): the reader flags it
-                self._events.close()
-        if not keep_result:
-            (self.path / "result.json").unlink(missing_ok=True)
-        status = "cancelled" if cancelled else "failed"
-        try:
-            self._status(status, error)
-        except OSError:
-            (self.path / "status.tmp").unlink(missing_ok=True)
-            with contextlib.suppress(OSError):  # nothing can be written: the dead pid then reads as interrupted
-                (self.path / "status.json").write_text(json.dumps({"status": status, "error": error[:200]}))
 
 
 def _stamp(data: Any) -> float:
@@ -173,16 +64,6 @@ def _stamp(data: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return math.nan
     return float(value)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
-        tmp.replace(path)  # atomic: a reader never sees half a file
-    except OSError:
-        tmp.unlink(missing_ok=True)  # no half-written leftover (e.g. disk full)
-        raise
 
 
 def _keys(folder: Path) -> list[tuple[int, str]]:
@@ -263,19 +144,15 @@ class RunRecord:
         Lines that do not parse become a Warning event (its time nan); a missing events.jsonl gives
         nothing.
         """
-        path = self.path / "events.jsonl"
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
+        raw, why = reader.read_bytes(self.path / "events.jsonl", folder=self.path, limit=reader.EVENTS_BYTES)
+        if raw is None:
+            if why != "events.jsonl is missing":
+                yield math.nan, RunWarning(message=why)
             return
-        except OSError as exc:
-            yield math.nan, RunWarning(message=f"events.jsonl is not readable ({exc.strerror or exc})")
-            return
-        for number, line in enumerate(raw.splitlines(), 1):
-            if not line.strip():
-                continue
+        for number, data, why in reader.json_lines(raw):
             try:
-                data = json.loads(line.decode("utf-8"))
+                if why:
+                    raise ValueError(why)
                 yield _stamp(data), event_from_dict(data)
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 yield math.nan, RunWarning(message=f"events.jsonl line {number} unreadable: {exc}")
@@ -290,11 +167,11 @@ class RunRecord:
 
     def load_quant(self, layer: int, name: str) -> StoredQuant:
         """The stored quantization state of one linear."""
-        file = self.path / "quant" / _mask_file(layer, name)
+        file = self.path / "quant" / mask_file(layer, name)
         if not file.exists():
             raise ToolkitError(f"run {self.run_id} has no quantization state for layer {layer} {name}")
         try:
-            with np.load(file, allow_pickle=False) as data:
+            with self._npz(file) as data:
                 return StoredQuant(codes=data["codes"], scales=data["scales"], zeros=data["zeros"],
                                    bits=int(data["bits"]), group_size=int(data["group_size"]),
                                    symmetric=bool(data["symmetric"]))
@@ -307,7 +184,9 @@ class RunRecord:
         if not file.exists():
             return []
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
+            data, why = reader.read_json(file, folder=self.path)
+            if why:
+                raise ValueError(why)
             changes = data["changes"]
             if not isinstance(changes, list) or not all(isinstance(c, dict) for c in changes):
                 raise TypeError("'changes' is not a list of objects")
@@ -315,13 +194,20 @@ class RunRecord:
             raise ToolkitError(f"run {self.run_id}: structure.json is damaged ({exc})") from None
         return list(changes)
 
+    def _npz(self, file: Path) -> Any:
+        """``np.load`` of a run's .npz, read through :func:`toolkit.store.reader.read_bytes` (bounded, no pickles)."""
+        raw, why = reader.read_bytes(file, folder=self.path, limit=reader.ARRAY_BYTES)
+        if raw is None:
+            raise OSError(why)
+        return np.load(io.BytesIO(raw), allow_pickle=False)
+
     def load_mask(self, layer: int, name: str) -> np.ndarray:
         """The keep-mask (out, in) bool of one linear."""
-        file = self.path / "masks" / _mask_file(layer, name)
+        file = self.path / "masks" / mask_file(layer, name)
         if not file.exists():
             raise ToolkitError(f"run {self.run_id} has no mask for layer {layer} {name}")
         try:
-            with np.load(file, allow_pickle=False) as data:
+            with self._npz(file) as data:
                 shape = tuple(int(s) for s in data["shape"])
                 packed = data["bits"]
                 size = int(np.prod(shape))
@@ -335,29 +221,31 @@ class RunRecord:
         return bits.astype(bool).reshape(shape)
 
 
-def open_run(path: str | Path) -> RunRecord:
+def open_run(path: str | Path, budget: reader.Budget | None = None) -> RunRecord:
     """Read one run folder; never raises for a damaged one (CONTRIBUTING.md: readers are total).
 
-    A file that is missing, truncated, not UTF-8, not JSON, of the wrong type or unreadable makes the
-    record ``damaged`` with the reason in :attr:`RunRecord.error` (:mod:`toolkit.store.schema`). Raises
+    A file that is missing, truncated, not UTF-8, not JSON, of the wrong type, unreadable, not a
+    regular file, a link out of the folder, too large or too deeply nested makes the record ``damaged``
+    with the reason in :attr:`RunRecord.error` (:mod:`toolkit.store.schema`, :mod:`toolkit.store.reader`),
+    as does a read that outlasts ``budget`` (default :data:`toolkit.store.reader.RUN_SECONDS`). Raises
     :class:`ToolkitError` only when ``path`` is not a folder at all.
     """
-    path = Path(path)
+    path, budget = Path(path), budget or reader.Budget()
     if not path.is_dir():
         why = "a file" if path.exists() else "no such folder: deleted?"
         raise ToolkitError(f"{path} is not a run folder ({why}); press Refresh or pick another run")
-    config, why = read_json(path / "config.json")
+    config, why = read_json(path / "config.json", budget)
     why = why or check_config(config)
     if why:
         return RunRecord(path=path, config={}, status="damaged", error=why, result=None)
-    status_data, why = read_json(path / "status.json")
+    status_data, why = read_json(path / "status.json", budget)
     why = why or check_status(status_data)
     if why:
         return RunRecord(path=path, config=config, status="damaged", error=why, result=None)
     status, error = status_data["status"], status_data.get("error", "")
     if status == "running":
         alive = live_pid(status_data)
-        if not alive and last_event_kind(path / "events.jsonl")[0] == "RunFinished":
+        if not alive and last_event_kind(path / "events.jsonl", budget)[0] == "RunFinished":
             status = "finished"  # RunFinished is the last thing a run writes: only the status write was lost
         elif not alive:
             status = "interrupted"
@@ -365,10 +253,10 @@ def open_run(path: str | Path) -> RunRecord:
                               else "status.json names no live process (no valid pid)")
     result = None
     if status == "finished" or (status in ("failed", "cancelled") and (path / "result.json").exists()):
-        result, why = read_json(path / "result.json")
+        result, why = read_json(path / "result.json", budget)
         why = why or check_result(result)
         if not why and status == "finished":
-            why = check_finished(path, result, len(_mask_files(path)))
+            why = check_finished(path, result, len(_mask_files(path)), budget)
         if why:
             return RunRecord(path=path, config=config, status="damaged", error=why, result=None)
     return RunRecord(path=path, config=config, status=status, error=error, result=result)
@@ -377,15 +265,30 @@ def open_run(path: str | Path) -> RunRecord:
 def list_runs(root: str | Path = "runs") -> list[RunRecord]:
     """Every run folder under ``root``, newest first; a damaged one is a ``damaged`` record, never an error.
 
-    Files (not folders) under ``root`` are not runs and are left out; a ``root`` that does not exist
-    or cannot be listed gives an empty list (the CLI says why before calling this).
+    Files (not folders) under ``root`` are not runs and are left out, as is a folder deleted while the
+    listing runs; a ``root`` that does not exist or cannot be listed gives an empty list (the CLI says
+    why before calling this). Each run is read within its own budget, so a slow one delays only itself.
     """
     root = Path(root)
     try:
         folders = sorted((p for p in root.iterdir() if p.is_dir()), reverse=True)
     except OSError:
         return []
-    return [open_run(path) for path in folders]
+    records = []
+    for path in folders:
+        try:
+            records.append(open_run(path))
+        except ToolkitError:  # deleted since the folder was listed
+            continue
+    return records
+
+
+def last_stamp(folder: str | Path) -> float:
+    """The :data:`STAMP` of the last line of the run folder's events.jsonl (read from its tail, bounded), or nan."""
+    folder = Path(folder)
+    tail, _ = reader.read_bytes(folder / "events.jsonl", folder=folder, tail=8192)
+    lines = reader.json_lines(tail or b"")
+    return _stamp(lines[-1][1]) if lines else math.nan
 
 
 def find_finished(root: str | Path, key: dict[str, Any]) -> RunRecord | None:

@@ -1,9 +1,11 @@
 """What a run folder's files must hold, checked by every reader (no torch).
 
 A reader of the run store is total: a file that is missing, truncated, half-written, not UTF-8,
-not JSON, of the wrong JSON type, a directory, or unreadable (permission) never raises out of a
-listing. Each check returns the reason a file is unusable (``""`` when it is fine); the record
-then reads as ``damaged`` with that reason, and only that run is affected.
+not JSON, of the wrong JSON type, a directory, unreadable (permission), not a regular file (a named
+pipe), a link out of its run folder, too large or nested too deep (:mod:`toolkit.store.reader`)
+never raises out of a listing and never blocks it. Each check returns the reason a file is
+unusable (``""`` when it is fine); the record then reads as ``damaged`` with that reason, and only
+that run is affected.
 
 The schema (both store layouts, 1 and 2):
 
@@ -20,39 +22,24 @@ The schema (both store layouts, 1 and 2):
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from toolkit.store import reader
+from toolkit.store.reader import Budget
 
 WRITTEN_STATUSES = ("running", "finished", "failed", "cancelled")
 PID_MAX = 2**22  # Linux's largest pid (/proc/sys/kernel/pid_max); anything above is not a process
 _TAIL_BYTES = 1 << 16  # the last line of events.jsonl is read from this many trailing bytes
 
 
-def read_json(path: Path) -> tuple[Any, str]:
-    """``(data, "")`` for a readable JSON file, ``(None, why)`` for anything else."""
-    name = path.name
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None, f"{name} is missing"
-    except IsADirectoryError:
-        return None, f"{name} is a directory, not a file"
-    except PermissionError:
-        return None, f"{name} is not readable (permission denied)"
-    except OSError as exc:
-        return None, f"{name} is not readable ({exc.strerror or exc})"
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return None, f"{name} is not UTF-8 text (byte {exc.start})"
-    if not text.strip():
-        return None, f"{name} is empty (half-written?)"
-    try:
-        return json.loads(text), ""
-    except ValueError as exc:
-        return None, f"{name} is not valid JSON (truncated? {exc})"
+def read_json(path: Path, budget: Budget | None = None) -> tuple[Any, str]:
+    """``(data, "")`` for a readable JSON file of the run folder ``path.parent``, ``(None, why)`` otherwise.
+
+    Bounded (:mod:`toolkit.store.reader`): regular files only, a size and a nesting limit, the run's budget.
+    """
+    return reader.read_json(path, folder=path.parent, budget=budget)
 
 
 def _is_number(value: Any) -> bool:
@@ -126,22 +113,14 @@ def check_result(result: Any) -> str:
     return ""
 
 
-def last_event_kind(path: Path) -> tuple[str, str]:
+def last_event_kind(path: Path, budget: Budget | None = None) -> tuple[str, str]:
     """``(kind, "")`` of the last readable event in ``path`` (events.jsonl), or ``("", why)``."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - _TAIL_BYTES))
-            tail = handle.read()
-    except FileNotFoundError:
-        return "", "events.jsonl is missing"
-    except OSError as exc:
-        return "", f"events.jsonl is not readable ({exc.strerror or exc})"
+    tail, why = reader.read_bytes(path, tail=_TAIL_BYTES, budget=budget)
+    if tail is None:
+        return "", why
     for line in reversed(tail.splitlines()):  # a line typed by hand after the end is skipped, as replay skips it
-        try:
-            data = json.loads(line.decode("utf-8"))
-        except ValueError:
+        data, why = reader.parse_json(line, path.name)
+        if why:
             continue
         kind = data.get("type") if isinstance(data, dict) else None
         if isinstance(kind, str):
@@ -149,9 +128,9 @@ def last_event_kind(path: Path) -> tuple[str, str]:
     return "", "events.jsonl holds no readable event"
 
 
-def check_finished(path: Path, result: dict[str, Any], mask_count: int) -> str:
+def check_finished(path: Path, result: dict[str, Any], mask_count: int, budget: Budget | None = None) -> str:
     """Why a run whose status is ``finished`` does not hold what a finished run holds, or ``""``."""
-    kind, why = last_event_kind(path / "events.jsonl")
+    kind, why = last_event_kind(path / "events.jsonl", budget)
     if why:
         return why
     if kind != "RunFinished":
