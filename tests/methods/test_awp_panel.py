@@ -22,11 +22,13 @@ def test_a_quantize_only_run_draws_the_convergence_and_the_codes_moved_from_rtn(
               SolveContext(layer=3, name="mlp.down_proj", quant=QuantSpec(2, 16), emit=events.append))
     steps = [e for e in events if isinstance(e, SolverStep)]
     figures = solver_figures(fold(events))
-    convergence, projection = (go.Figure(figures[k].to_dict()) for k in ("solver", "lambda"))
-    assert "‖C‖_F/‖C‖₂" in convergence.layout.title.text and "mlp.down_proj" in convergence.layout.title.text
-    assert list(convergence.data[0].y) == [s.objective for s in steps]
-    _, codes, bits = projection.data
-    assert codes.name == "codes changed" and "round-to-nearest" in str(projection.layout.annotations[1].text)
+    convergence, projection = (go.Figure(figures[k].to_dict()).to_dict() for k in ("solver", "lambda"))
+    title = convergence["layout"]["title"]["text"]
+    assert "‖C‖_F/‖C‖₂" in title and "mlp.down_proj" in title
+    assert list(convergence["data"][0]["y"]) == [s.objective for s in steps]
+    _, codes, bits = projection["data"]
+    assert codes["name"] == "codes changed"
+    assert "round-to-nearest" in projection["layout"]["annotations"][1]["text"]
     moved = [s.values["codes_changed"] for s in steps if "proj_dist" in s.values]
-    assert list(codes.y) == moved and max(moved) > 0  # the spectral step moves codes on this layer
-    assert set(bits.y) == {2.0}
+    assert list(codes["y"]) == moved and max(moved) > 0  # the spectral step moves codes on this layer
+    assert set(bits["y"]) == {2.0}
