@@ -15,18 +15,22 @@ SolverSteps AWP emits, the same the app's solver panel draws, and SublayerPruned
 Protocol: calibration wiki train 32 × 512 seed 0 (``--nsamples`` to shorten, then the JSON says so).
 
     python -m benchmarks.bench_awp_diagnose --json benchmarks/results/awp_diagnose_cpu.jsonl
+
+``--from-run DIR ...`` reads the same records from finished AWP quantize runs' ``events.jsonl`` (for
+example the full-protocol runs of ``bench_prune``) instead of running again.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import time
 from typing import Any
 
 from benchmarks.records import emit
 from toolkit.api import RunConfig, prune_model
-from toolkit.events import Event, SolverStep, SublayerPruned
+from toolkit.events import Event, RunStarted, SolverStep, SublayerPruned, event_from_dict
 
 
 def _git() -> str | None:
@@ -39,16 +43,41 @@ def _git() -> str | None:
         return None
 
 
+class Collector:
+    """The AWP SolverSteps per linear and the SublayerPruned events of one run."""
+
+    def __init__(self) -> None:
+        self.steps: dict[tuple[int, str], list[SolverStep]] = {}
+        self.done: list[SublayerPruned] = []
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, SolverStep) and event.solver == "awp":
+            self.steps.setdefault((event.layer, event.name), []).append(event)
+        elif isinstance(event, SublayerPruned):
+            self.done.append(event)
+
+    def records(self, args: argparse.Namespace, step: str, protocol: dict[str, Any]) -> list[dict[str, Any]]:
+        """One record per linear."""
+        return [_record(e, self.steps.get((e.layer, e.name), []), args, step, protocol) for e in self.done]
+
+
+def from_run(args: argparse.Namespace, run_dir: str) -> list[dict[str, Any]]:
+    """The records of a finished run, from its ``events.jsonl``."""
+    collect, started = Collector(), None
+    with open(f"{run_dir}/events.jsonl", encoding="utf-8") as handle:
+        for line in handle:
+            event = event_from_dict(json.loads(line))
+            started = event if isinstance(event, RunStarted) else started
+            collect(event)
+    options = started.options if started is not None else {}
+    protocol = {"calibration": {"source": "wiki", "nsamples": args.nsamples, "seqlen": args.seqlen, "seed": 0},
+                "run_dir": run_dir, "git": _git()}
+    return collect.records(args, str(options.get("step", "paper")), protocol)
+
+
 def diagnose(args: argparse.Namespace, step: str) -> list[dict[str, Any]]:
     """One AWP quantize-only run with ``step``; one record per linear from its events."""
-    steps: dict[tuple[int, str], list[SolverStep]] = {}
-    done: list[SublayerPruned] = []
-
-    def collect(event: Event) -> None:
-        if isinstance(event, SolverStep) and event.solver == "awp":
-            steps.setdefault((event.layer, event.name), []).append(event)
-        elif isinstance(event, SublayerPruned):
-            done.append(event)
+    collect = Collector()
 
     options = {"step": step, **({"iterations": str(args.iterations)} if args.iterations else {})}
     config = RunConfig(model=args.model, method="awp", sparsity=None, quant=args.quant, options=options,
@@ -58,7 +87,7 @@ def diagnose(args: argparse.Namespace, step: str) -> list[dict[str, Any]]:
     seconds = time.perf_counter() - start
     protocol = {"calibration": {"source": "wiki", "nsamples": args.nsamples, "seqlen": args.seqlen, "seed": 0},
                 "device": result["device"], "git": _git(), "run_seconds": round(seconds, 1)}
-    return [_record(event, steps.get((event.layer, event.name), []), args, step, protocol) for event in done]
+    return collect.records(args, step, protocol)
 
 
 def _record(event: SublayerPruned, trace: list[SolverStep], args: argparse.Namespace, step: str,
@@ -90,8 +119,12 @@ def main() -> None:
     parser.add_argument("--seqlen", type=int, default=512)
     parser.add_argument("--out", default="runs")
     parser.add_argument("--json", default=None, help="also append the objects to this JSON-lines file")
+    parser.add_argument("--from-run", nargs="*", default=[], help="read finished runs' events instead of running")
     args = parser.parse_args()
-    for step in args.steps:
+    for run_dir in args.from_run:
+        for record in from_run(args, run_dir):
+            emit(record, args.json)
+    for step in [] if args.from_run else args.steps:
         for record in diagnose(args, step):
             emit(record, args.json)
 
