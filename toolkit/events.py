@@ -326,6 +326,28 @@ class UnitsRemoved(Event):
     kept_map: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class DepthScored(Event):
+    """Depth pruning scored every decoder layer and chose the ``removed`` ones (toolkit/engine/block/depth.py).
+
+    ``influence``: block influence 1 − E[cos(x_in, x_out)] per layer (ShortGPT); ``angular``: the
+    angular distance E[arccos(cos(x_l, x_{l+n}))]/π of the block of ``block`` layers starting at each l
+    (empty unless ``score`` is "angular"); ``identity_error``: ‖x_out − x_in‖/‖x_out‖ per layer,
+    the relative output error of skipping it; ``removed``: the removed layers' indices in the dense model.
+    """
+
+    kind: ClassVar[str] = "DepthScored"
+    score: str
+    num_layers: int
+    block: int
+    influence: list[float]
+    angular: list[float]
+    identity_error: list[float]
+    removed: list[int]
+    tokens: int
+    seconds: float
+
+
 EVENT_TYPES.update({cls.kind: cls for cls in (LayerScored, GlobalRanking, UnitsRemoved, AllocationPlanned,
-                                               MaskRefined)})
+                                               MaskRefined, DepthScored)})
 EVENT_TYPES.update({cls.kind: cls for cls in (EvalProgress, TaskScore, Generated, RecoveryStep)})  # events_base

@@ -26,7 +26,7 @@ from toolkit.methods import (
     wanda,
 )
 from toolkit.methods.base import LinearStats, MethodSpec, PruneResult, SolveContext, Stat
-from toolkit.methods.block import numerical
+from toolkit.methods.block import depth, numerical
 from toolkit.methods.block import scores as structured_scores
 from toolkit.methods.registry import build_registry, lookup
 
@@ -48,6 +48,7 @@ METHODS: dict[str, MethodSpec] = build_registry(
         structured_scores.FLAP,
         structured_scores.WANDA_SP,
         structured_scores.MAGNITUDE_SP,
+        depth.SPEC,
     )
 )
 

@@ -5,8 +5,8 @@
 - ``sparsity``: a :data:`toolkit.spec.targets.Target` (``50%``, ``2:4``, ``structured:30%``) or None;
 - ``quant``: a :class:`QuantSpec` (``int3:g64``, ``int8:g0`` = one group per row; ``int4`` without a
   group runs groups of 128 inputs, or of 64, 32, … where 128 does not divide the model's widths) or None;
-- ``unit``: a :class:`Unit` (``heads``, ``channels``, ``heads+channels``) for block-scope methods
-  that remove whole structural units, or None.
+- ``unit``: a :class:`Unit` (``heads``, ``channels``, ``heads+channels``, ``layers``) for block-scope
+  methods that remove whole structural units, or None.
 
 Nothing downstream re-parses strings or guesses the kind of a target from its text: every kind
 knows its ``kind`` (a stable word for tables and figures) and its ``label`` (the text a user typed,
@@ -115,6 +115,7 @@ class Unit(enum.Enum):
     HEADS = "heads"
     CHANNELS = "channels"
     HEADS_CHANNELS = "heads+channels"
+    LAYERS = "layers"  # whole decoder layers (depth pruning)
 
     @property
     def removes_heads(self) -> bool:
@@ -138,6 +139,8 @@ def target_kind(target: Target) -> str:
 def target_to_dict(target: Target) -> dict[str, Any]:
     """Plain data of a target: ``kind``, ``label``, ``fraction`` and its own fields (``n``, ``m`` or ``sparsity``)."""
     own = {"n": target.n, "m": target.m} if isinstance(target, NM) else {"sparsity": target.sparsity}
+    if isinstance(target, Structured) and target.layers:
+        own["layers"] = target.layers
     return {"kind": target_kind(target), "label": str(target), "fraction": target.fraction, **own}
 
 
@@ -147,7 +150,7 @@ def target_from_dict(data: dict[str, Any]) -> Target:
     if kind == "nm":
         return NM(int(data["n"]), int(data["m"]))
     if kind == "structured":
-        return Structured(float(data["sparsity"]))
+        return Structured(float(data["sparsity"]), int(data.get("layers", 0)))
     if kind == "unstructured":
         return Unstructured(float(data["sparsity"]))
     raise ToolkitError(f"unknown sparsity kind {kind!r} in a stored compression spec")
@@ -166,6 +169,9 @@ class Compression:
             raise ToolkitError("nothing to do: give --sparsity (e.g. 50%) and/or --quant (e.g. int4)")
         if self.unit is not None and not isinstance(self.sparsity, Structured):
             raise ToolkitError(f"--unit {self.unit.value} needs a structured ratio, e.g. --sparsity structured:30%")
+        if isinstance(self.sparsity, Structured) and self.sparsity.layers and self.unit not in (None, Unit.LAYERS):
+            raise ToolkitError(f"{self.sparsity} counts whole decoder layers: use --unit layers (--method depth), "
+                               f"or a ratio such as structured:30% for --unit {self.unit.value}")
 
     @property
     def kind(self) -> str:
@@ -256,7 +262,7 @@ def parse_quant(text: str | QuantSpec | None) -> QuantSpec | None:
 
 
 def parse_unit(text: str | Unit | None) -> Unit | None:
-    """``heads`` | ``channels`` | ``heads+channels`` (None/"" → None)."""
+    """``heads`` | ``channels`` | ``heads+channels`` | ``layers`` (None/"" → None)."""
     if text is None or isinstance(text, Unit):
         return text
     raw = str(text).strip().lower().replace(" ", "")
@@ -266,7 +272,7 @@ def parse_unit(text: str | Unit | None) -> Unit | None:
     try:
         return Unit(aliases.get(raw, raw))
     except ValueError:
-        raise ToolkitError(f"unknown unit {text!r}: use heads, channels or heads+channels") from None
+        raise ToolkitError(f"unknown unit {text!r}: use heads, channels, heads+channels or layers") from None
 
 
 def parse_compression(

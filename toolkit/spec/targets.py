@@ -9,7 +9,8 @@ Targets:
   method's: per output row for Wanda, per column block for SparseGPT, the whole matrix for
   magnitude and FISTAPruner).
 - :class:`NM` ``n:m``: at most n non-zeros in every m consecutive weights of a row.
-- :class:`Structured` ``p``: a fraction p of the input columns is removed entirely.
+- :class:`Structured` ``p``: a fraction p of the input columns is removed entirely; ``structured:N layers``
+  counts whole decoder layers instead (depth pruning).
 """
 
 from __future__ import annotations
@@ -59,25 +60,39 @@ class NM:
         return f"{self.n}:{self.m}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Structured:
-    """A fraction ``sparsity`` of the input columns of each linear is removed."""
+    """A fraction ``sparsity`` of the input columns of each linear is removed.
+
+    ``layers`` > 0 is a count of whole decoder layers instead (``structured:4 layers``, depth
+    pruning); its ``sparsity`` is then 0 (the fraction depends on the model's depth).
+    """
 
     sparsity: float
+    layers: int = 0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.sparsity < 1.0:
             raise ToolkitError(
-                f"structured sparsity {self.sparsity} is outside [0, 1): use e.g. structured:30%"
+                f"structured sparsity {self.sparsity} is outside [0, 1): use e.g. structured:30% "
+                "(or structured:4 layers with --method depth)"
             )
+        if self.layers < 0 or (self.layers and self.sparsity):
+            raise ToolkitError(f"cannot remove {self.layers} layers: use e.g. structured:4 layers")
 
     @property
     def fraction(self) -> float:
-        """Expected fraction of zeros (whole columns)."""
+        """Expected fraction of zeros (whole columns); 0 for a count of layers."""
         return self.sparsity
 
     def __str__(self) -> str:
+        if self.layers:
+            return f"structured:{self.layers} layer{'s' if self.layers != 1 else ''}"
         return f"structured:{self.sparsity * 100:g}%"
+
+    def __repr__(self) -> str:
+        count = f", layers={self.layers}" if self.layers else ""
+        return f"Structured(sparsity={self.sparsity}{count})"
 
 
 Target = Unstructured | NM | Structured
@@ -108,13 +123,30 @@ def parse_sparsity(text: str | float | Target) -> Target:
         return Unstructured(float(text))
     text = str(text).strip().lower()
     if text.startswith("structured:"):
-        return Structured(_parse_fraction(text.split(":", 1)[1]))
+        return _parse_structured(text.split(":", 1)[1])
     if ":" in text:
         parts = text.split(":")
         if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
             raise ToolkitError(f"cannot read n:m pattern {text!r}: use e.g. 2:4 or 4:8")
         return NM(int(parts[0]), int(parts[1]))
     return Unstructured(_parse_fraction(text))
+
+
+def _parse_structured(text: str) -> Structured:
+    """``30%``, ``0.3`` (a fraction) or ``4 layers`` (a count of decoder layers).
+
+    >>> _parse_structured("4 layers"), _parse_structured("1layer")
+    (Structured(sparsity=0.0, layers=4), Structured(sparsity=0.0, layers=1))
+    """
+    raw = text.strip()
+    word = raw.rstrip("s").rstrip()
+    if word.endswith("layer"):
+        count = word[: -len("layer")].strip()
+        if not count.isdigit() or int(count) == 0:
+            raise ToolkitError(f"cannot remove {count or 'no'!s} layers ({text!r}): give a count ≥ 1, "
+                               "e.g. structured:4 layers")
+        return Structured(0.0, int(count))
+    return Structured(_parse_fraction(raw))
 
 
 def validate_for_shape(target: Target, shape: tuple[int, int]) -> None:

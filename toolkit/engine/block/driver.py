@@ -34,6 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from toolkit.engine.block.capture import gather_block_stats
+from toolkit.engine.block.depth import check_depth, is_depth, prune_depth
 from toolkit.engine.block.plan import Allocation, LayerCandidates, LayerOffer, allocate, check_budget
 from toolkit.engine.block.report import (
     LayerOutcome,
@@ -42,6 +43,7 @@ from toolkit.engine.block.report import (
     layer_record,
     layer_scored_event,
 )
+from toolkit.engine.block.result import BlockResult
 from toolkit.engine.block.shrink import LayerEdit, set_uniform_config, shrink_channels, shrink_heads
 from toolkit.engine.capture import LayerInputs, capture_layer_inputs, run_layer
 from toolkit.engine.state import EngineConfig
@@ -65,30 +67,6 @@ from toolkit.models.structure import (
 from toolkit.runtime.devices import resolve_device
 from toolkit.spec.compression import Compression, Unit
 from toolkit.spec.targets import Structured
-
-
-@dataclass
-class BlockResult:
-    """What a block run did; field-compatible with :class:`toolkit.engine.state.EngineResult`.
-
-    ``zeros``/``total`` count projection parameters (q, k, v, o, gate, up, down of every layer)
-    removed / before, so ``achieved_sparsity`` is the fraction of them that went.
-    """
-
-    layers: list[dict] = field(default_factory=list)
-    zeros: int = 0
-    total: int = 0
-    seconds: float = 0.0
-    params_before: int = 0
-    params_after: int = 0
-    model_params_before: int = 0
-    model_params_after: int = 0
-    structure: dict = field(default_factory=dict)
-
-    @property
-    def achieved_sparsity(self) -> float:
-        """Fraction of the projection parameters removed."""
-        return self.zeros / self.total if self.total else 0.0
 
 
 @dataclass
@@ -130,6 +108,9 @@ def prune_blocks(  # noqa: PLR0913 - keyword-only sinks, as prune_layers
     Raises :class:`ToolkitError` on bad input (unknown family, missing unit, a ratio that would
     empty a layer), :class:`RunCancelled` on a cancel; either way the model is restored.
     """
+    if is_depth(spec, compression):  # whole decoder layers: toolkit.engine.block.depth
+        return prune_depth(model, windows, spec, compression, method_cfg, cfg=cfg, emit=emit, cancelled=cancelled,
+                           writeback=writeback, on_structure=on_structure)
     run = _start(model, spec, compression, method_cfg, cfg, (emit, cancelled))
     run.device = resolve_device(cfg.device)
     layers = decoder_layers(model)
@@ -185,9 +166,15 @@ def check_block_budget(model: nn.Module, spec: MethodSpec, compression: Compress
 
     Family and unit known, and a ratio that leaves every layer its minimum heads and channels.
     """
+    if is_depth(spec, compression):
+        check_depth(model, spec, compression)
+        return
     if not isinstance(compression.sparsity, Structured):
         raise ToolkitError(f"{spec.name} removes heads and channels: use --sparsity structured:30%, "
                            f"not {compression.sparsity}")
+    if compression.sparsity.layers:
+        raise ToolkitError(f"{spec.name} removes heads and channels, {compression.sparsity} counts whole layers: "
+                           "use --method depth, or a ratio such as structured:30%")
     unit = compression.unit or Unit.HEADS_CHANNELS
     spec.check(compression)
     check_unit(family_of(model), unit, getattr(model.config, "model_type", type(model).__name__))
