@@ -10,6 +10,7 @@ an empty interval.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -106,7 +107,7 @@ def layer_table(result: dict[str, Any]) -> str:
     """
     by_layer: dict[int, dict[str, float]] = defaultdict(dict)
     sparsity: dict[int, list[float]] = defaultdict(list)
-    bits: dict[int, list[float]] = defaultdict(list)
+    bits: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (bits, weights) of each quantized linear
     names: list[str] = []
     for row in result["layers"]:
         short = row["name"].split(".")[-1]
@@ -115,12 +116,13 @@ def layer_table(result: dict[str, Any]) -> str:
         by_layer[row["layer"]][short] = row["rel_error"]
         sparsity[row["layer"]].append(row["sparsity"])
         if row.get("bits") is not None:
-            bits[row["layer"]].append(row["bits"])
+            bits[row["layer"]].append((row["bits"], math.prod(row.get("shape") or [1])))
     header = "layer " + " ".join(f"{n[:9]:>9}" for n in names) + "  sparsity" + ("  bits" if bits else "")
     lines = ["relative reconstruction error ‖ΔW X‖/‖W X‖ per linear", header]
     for layer in sorted(by_layer):
         cells = " ".join(f"{by_layer[layer].get(n, float('nan')):>9.4f}" for n in names)
-        mean_bits = f"  {sum(bits[layer]) / len(bits[layer]):.3f}" if bits.get(layer) else ""
+        mean_bits = f"  {sum(b * n for b, n in bits[layer]) / sum(n for _, n in bits[layer]):.3f}" \
+            if bits.get(layer) else ""  # the layer's bits per weight: the accounting's figure, per layer
         lines.append(f"{layer:>5} {cells}  {sum(sparsity[layer]) / len(sparsity[layer]):.4f}{mean_bits}")
     return "\n".join(lines)
 
@@ -155,7 +157,8 @@ def summary(result: dict[str, Any], not_saved: str = "") -> None:
     acct = result["accounting"]
     on_disk = f"  checkpoint {acct['checkpoint_bytes'] / 2**20:.2f} MiB on disk" if acct["checkpoint_bytes"] else ""
     print(f"linear weights {acct['params_before']:,} → {acct['params_after']:,}  kept {acct['nonzeros_kept']:,}  "
-          f"{acct['bits_per_weight']:.3f} bits/weight  estimated {acct['estimated_bytes'] / 2**20:.2f} MiB{on_disk}")
+          f"{acct['bits_per_weight']:.3f} bits/weight{_counted(acct)}  "
+          f"estimated {acct['estimated_bytes'] / 2**20:.2f} MiB{on_disk}")
     if result.get("bought"):
         print(bought_line(result["bought"]))
     checkpoint_summary(result.get("checkpoint"))
@@ -168,6 +171,11 @@ def summary(result: dict[str, Any], not_saved: str = "") -> None:
         print(f"pruned ppl ({name}): {value:.3f}")
     print(saved_line(result.get("checkpoint"), not_saved))
     print(f"run record: {result['run_dir']}")
+
+
+def _counted(acct: dict[str, Any]) -> str:
+    """" (what the figure counts)" from result.json ``accounting.bits_counted``; "" for older runs."""
+    return f" ({acct['bits_counted']})" if acct.get("bits_counted") else ""
 
 
 def bought_line(bought: dict[str, Any]) -> str:
@@ -240,10 +248,12 @@ def checkpoint_summary(checkpoint: dict[str, Any] | None) -> None:
     c = checkpoint
     print(f"checkpoint {c['format']} (compressed-tensors {c['compressed_tensors']}): {c['bytes'] / 2**20:.2f} MiB "
           f"on disk, weights {c['size_vs_dense_bf16']:.3f} × the dense bf16 {c['dense_bf16_bytes'] / 2**20:.2f} MiB; "
-          f"{c['quantized_linears']} quantized linears at {c['bits_per_weight']:.3f} bits/weight "
-          "(codes, scales and zero points as stored)")
+          f"the {c['quantized_linears']} quantized linears' tensors take {c['bits_per_weight']:.3f} bits per weight on "
+          "disk (codes packed in int32 words, scales in the checkpoint's dtype, zero points and shapes as stored; "
+          "not the bits/weight above)")
     if "sparse_note" in checkpoint:
         print(f"note: {checkpoint['sparse_note']}")
+
 
 def run_lines(records: Sequence[RunRecord]) -> list[str]:
     r"""``python -m toolkit runs``: one line a run (id, status or ``damaged: <why>``, model, method, label, ppl).
