@@ -1,0 +1,120 @@
+"""The AWP step-size tables of ``docs/results.md``: quantization perplexity per step rule, and the diagnosis.
+
+Records: ``bench_prune`` runs of AWP with ``step``/``stop`` options (``awp_step_cpu.jsonl``) beside the
+RTN / GPTQ / AWQ / AWP rows of the same protocol (``cpu_awp_full.jsonl``: their ``int4`` and ``int3``
+ran at group 128, the default of that time, as their bits per weight 4.169 and 3.161 show), and the
+per-linear records of ``bench_awp_diagnose.py`` (``awp_diagnose_cpu.jsonl``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from benchmarks.results_read import Lines, Record, Section, commits, num, records_of, table_lines
+
+GRIDS = ("int4:g128", "int3:g128", "50%+int4:g128")
+BASELINES = ("rtn", "gptq", "awq", "wanda+awq", "awq+wanda")  # the last two: the joint row's pipelines
+VARIANTS = (("paper", "step=paper"), ("spectral", "step=spectral"), ("backtracking", "step=backtracking"),
+            ("gradient", "stop=gradient"))
+
+
+def _grid(record: Record) -> str:
+    """``int4`` (group 128 at the time of those runs) → ``int4:g128``; labels with a group stay."""
+    label = str(record.get("sparsity", ""))
+    return label if ":g" in label else f"{label}:g128"
+
+
+def _variant(record: Record) -> str | None:
+    """The step variant of an AWP record, None when it sets other options."""
+    options = dict(record.get("options") or {})
+    if options.pop("stop", None) == "gradient":
+        return "gradient" if options.pop("step", "paper") == "paper" and not options else None
+    step = options.pop("step", "paper")
+    return step if not options else None
+
+
+def _cell(record: Record | None) -> str:
+    if record is None or not record.get("ppl"):
+        return "not measured"
+    ppl = next(iter(record["ppl"].values()))
+    return f"{ppl:.2f} ({record['prune_seconds']:.0f} s)"
+
+
+def render_steps(paths: list[Path]) -> Lines:
+    """Perplexity (prune seconds) per grid: the baselines, then AWP with each step rule; – = not applicable."""
+    records = [r for r in records_of(paths) if r.get("benchmark") == "prune" and r.get("ppl")
+               and ((r.get("protocol") or {}).get("evaluation") or {}).get("all_windows")]
+    found: dict[tuple[str, str], Record] = {}
+    for r in records:
+        key = r["method"] if r["method"] in BASELINES and not r.get("options") else \
+            f"awp {_variant(r)}" if r["method"] == "awp" and _variant(r) else None
+        if key is not None:
+            found[(_grid(r), key)] = r  # the newest record of a cell wins
+    columns = [*BASELINES, *(f"awp {v}" for v, _ in VARIANTS)]
+    headers = ["grid", "RTN", "GPTQ", "AWQ", "Wanda+AWQ", "AWQ+Wanda", *(f"AWP {label}" for _, label in VARIANTS)]
+    def cell(grid: str, column: str) -> str:  # a pipeline column only on the joint row, a quantizer only off it
+        applies = column not in BASELINES or ("+" in column) == ("%" in grid)
+        return _cell(found.get((grid, column))) if applies else "–"
+
+    body = [[grid, *[cell(grid, c) for c in columns]] for grid in GRIDS]
+    dense = next((next(iter(r["dense_ppl"].values())) for r in records if r.get("dense_ppl")), None)
+    used = list(found.values())
+    named = ", ".join(f"`{c}`" for c in commits(used))
+    return [*table_lines(headers, body), "", f"Dense perplexity {num(dense, 2)}. Commits: {named}."]
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def render_diagnosis(paths: list[Path]) -> Lines:
+    """Per linear kind: ‖C‖_F/‖C‖₂, the loss decrease over the iterations and the codes moved, per step rule."""
+    records = [r for r in records_of(paths) if r.get("benchmark") == "awp_diagnose"]
+    steps = list(dict.fromkeys(r["step"] for r in records))
+    names = list(dict.fromkeys(r["name"] for r in records))
+    header = ["linear", "‖C‖_F/‖C‖₂ median", "min", "max"]
+    for step in steps:
+        header += [f"{step}: loss kept (final/RTN)", f"{step}: codes changed"]
+    body = []
+    for name in [*names, "all"]:
+        mine = [r for r in records if name in ("all", r["name"])]
+        ratios = [r["c_ratio"] for r in mine if r.get("c_ratio") is not None and r["step"] == steps[0]]
+        row = [name, num(_median(ratios), 3), num(min(ratios, default=None), 3), num(max(ratios, default=None), 3)]
+        for step in steps:
+            runs = [r for r in mine if r["step"] == step and r.get("loss") and r["loss"][0]]
+            kept = [r["loss"][-1] / r["loss"][0] for r in runs if r["loss"][-1] is not None]
+            moved = [r["codes_changed"] for r in runs if r.get("codes_changed") is not None]
+            row += [num(_median(kept), 4), f"{100 * statistics.fmean(moved):.3f} %" if moved else ""]
+        body.append(row)
+    named = ", ".join(f"`{c}`" for c in commits(records))
+    return [*table_lines(header, body), "", f"Commits: {named}."]
+
+
+AWP_STEP_SECTIONS = [
+    Section(
+        "AWP's quantization step size (all 210 windows)",
+        ("awp_step_cpu.jsonl", "cpu_awp_full.jsonl"),
+        render_steps,
+        "`smollm2-135m`, CPU protocol: calibration 32 × 512 tokens of `wiki` train, seed 0; evaluation `wiki` "
+        "test, seqlen 512, all 210 windows; asymmetric min-max grid, group 128 (the last group of a 576-wide row "
+        "is 64 wide). Perplexity, with the prune seconds in brackets. RTN, GPTQ, AWQ and AWP `step=paper` are the "
+        "rows of the quantizer table above (an earlier commit, group 128 then the default); the step variants "
+        "ran on the shared 2-core development machine beside other jobs, one thread, so their seconds are loose "
+        "upper bounds. \"not measured\": did not fit in the session's time.",
+        'B="python -m benchmarks.bench_prune --json benchmarks/results/awp_step_cpu.jsonl --runs"\n'
+        '$B "awp@int4:g128:step=spectral" "awp@int4:g128:step=backtracking"',
+    ),
+    Section(
+        "AWP quantization diagnosis per linear (INT4 g128, 10 iterations)",
+        ("awp_diagnose_cpu.jsonl",),
+        render_diagnosis,
+        "`bench_awp_diagnose.py` on `smollm2-135m`, calibration 32 × 512 tokens of `wiki` train, seed 0: per "
+        "linear kind (30 layers each), ‖C‖_F/‖C‖₂ of the Gram matrix C = XXᵀ/N AWP solves with (‖C‖₂ by 20 "
+        "power iterations), the median over linears of the loss tr((W − Θ)C(W − Θ)ᵀ) after the last iteration "
+        "divided by its value at round-to-nearest, and the mean fraction of INT4 codes that differ from RTN's.",
+        "python -m benchmarks.bench_awp_diagnose --steps paper --json benchmarks/results/awp_diagnose_cpu.jsonl\n"
+        "python -m benchmarks.bench_awp_diagnose --from-run runs/<spectral run> runs/<backtracking run> \\\n"
+        "      --json benchmarks/results/awp_diagnose_cpu.jsonl",
+    ),
+]
