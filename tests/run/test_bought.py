@@ -85,14 +85,17 @@ def test_a_structured_run_is_shrunk_and_its_decode_speed_measured_dense_and_shru
     speed = record["speed"]
     assert speed["device"] == "cpu" and speed["batch"] == 1 and speed["new_tokens"] == speed_module.NEW_TOKENS
     assert all(math.isfinite(speed[k]) and speed[k] > 0 for k in ("dense_tokens_per_s", "tokens_per_s"))
+    assert [t["batch"] for t in speed["by_batch"]] == [t["batch"] for t in speed["dense_by_batch"]] == [1, 8]
+    assert speed["tokens_per_s"] == speed["by_batch"][0]["tokens_per_s"] and speed["threads"] == 1
 
 
 def test_the_dense_speed_is_measured_only_when_the_model_will_shrink(monkeypatch: pytest.MonkeyPatch) -> None:
     model = load_model("tiny-llama").model
-    monkeypatch.setattr(bought_module, "decode_tokens_per_s", lambda *a, **k: pytest.fail("measured"))
+    monkeypatch.setattr(bought_module, "compare", lambda *a, **k: pytest.fail("measured"))
     price = dense_price(model, torch.device("cpu"), torch.arange(40), shrinks=False)
     assert price == DensePrice(dense_bytes(model))
-    monkeypatch.setattr(bought_module, "decode_tokens_per_s", lambda model, prompt, device: float(len(prompt)))
+    monkeypatch.setattr(bought_module, "compare", lambda models, prompt, device: [
+        [speed_module.Throughput(1, len(prompt), 32, 3, 1.0, 1.0, float(len(prompt)))]])
     price = dense_price(model, torch.device("cpu"), torch.arange(40).reshape(2, 20), shrinks=True)
     assert price.prompt == list(range(speed_module.PROMPT_TOKENS)) and price.tokens_per_s == speed_module.PROMPT_TOKENS
 
@@ -147,5 +150,5 @@ def test_a_model_the_device_cannot_hold_whole_is_not_measured(monkeypatch: pytes
         raise torch.OutOfMemoryError("CUDA out of memory")
 
     model = load_model("tiny-llama").model
-    monkeypatch.setattr(bought_module, "decode_tokens_per_s", out_of_memory)
+    monkeypatch.setattr(bought_module, "compare", out_of_memory)
     assert dense_price(model, torch.device("cpu"), torch.arange(20), shrinks=True) == DensePrice(dense_bytes(model))

@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     from toolkit.cli.recover import add_recover_command
 
     add_recover_command(sub)
+    from toolkit.cli.measure import add_measure_command
+
+    add_measure_command(sub)
     return parser
 
 
@@ -170,6 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_recover(args)
         if args.command == "generate":
             return _generate(args)
+        if args.command == "measure":
+            from toolkit.cli.measure import run_measure
+
+            return run_measure(args)
         return _runs(args)
     except ToolkitError as exc:
         from toolkit.cli.distributed import report_error  # under torchrun, rank 0 alone says an input error

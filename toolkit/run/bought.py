@@ -15,7 +15,12 @@ result.json's ``bought`` section, also carried on :class:`~toolkit.events.RunFin
 - ``smaller_as_saved``: False for a pruned model stored dense (its zeros take as many bytes as the
   weights did), else whether ``bytes_stored`` < ``bytes_dense``;
 - ``speed``: greedy decode tokens/s at batch 1 of the dense and the compressed model
-  (:mod:`toolkit.evaluation.speed`), measured only where the model shrank; None elsewhere.
+  (:mod:`toolkit.evaluation.speed`), measured only where the model shrank; None elsewhere. Besides
+  ``dense_tokens_per_s`` / ``tokens_per_s`` (batch 1, prefill included): ``prompt_tokens``, ``repeats``,
+  ``threads`` (torch's intra-op threads) and ``dense_by_batch`` / ``by_batch``, one
+  :class:`~toolkit.evaluation.speed.Throughput` per batch size of :data:`~toolkit.evaluation.speed.BATCHES`
+  (prefill and decode tokens/s measured apart). A model stored dense is not measured: it has the
+  dense model's shapes and computes as much (``python -m toolkit measure`` measures any saved folder).
 
 :func:`dense_price` runs before the compression (it measures the dense model), :func:`bought`
 after it.
@@ -31,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from toolkit.evaluation.speed import BATCH, NEW_TOKENS, PROMPT_TOKENS, decode_tokens_per_s
+from toolkit.evaluation.speed import BATCH, NEW_TOKENS, PROMPT_TOKENS, REPEATS, Throughput, compare
 from toolkit.run.accounting import Accounting, dense_bytes
 
 STORED_AS = ("dense", "pack-quantized", "shrunk", "shrunk+pack-quantized")
@@ -45,6 +50,7 @@ class DensePrice:
     bytes_dense: int
     tokens_per_s: float | None = None
     prompt: list[int] = field(default_factory=list)
+    by_batch: tuple[Throughput, ...] = ()  # one per batch size of BATCHES (the first is batch 1)
 
 
 def dense_price(model: nn.Module, device: torch.device, prompt: torch.Tensor, *, shrinks: bool) -> DensePrice:
@@ -60,8 +66,9 @@ def dense_price(model: nn.Module, device: torch.device, prompt: torch.Tensor, *,
         return DensePrice(size)
     ids = [int(i) for i in prompt.reshape(-1)[:PROMPT_TOKENS].tolist()]
     try:
-        return DensePrice(size, decode_tokens_per_s(model, ids, device), ids)
-    except torch.OutOfMemoryError:  # the model is back where it was (decode_tokens_per_s)
+        by_batch = tuple(compare([model], ids, device)[0])
+        return DensePrice(size, by_batch[0].tokens_per_s, ids, by_batch)
+    except torch.OutOfMemoryError:  # the model is back where it was (compare)
         torch.cuda.empty_cache()
         log.warning("decode speed not measured: the whole dense model does not fit on %s", device)
         return DensePrice(size)
@@ -89,9 +96,11 @@ def bought(price: DensePrice, model: nn.Module, device: torch.device, accounting
     stored = int(checkpoint["bytes"]) if checkpoint is not None and measured else int(accounting.estimated_bytes)
     speed = None
     if price.tokens_per_s is not None and kind.startswith("shrunk"):
+        by_batch = compare([model], price.prompt, device)[0]
         speed = {"device": str(device), "batch": BATCH, "new_tokens": NEW_TOKENS,
-                 "dense_tokens_per_s": price.tokens_per_s,
-                 "tokens_per_s": decode_tokens_per_s(model, price.prompt, device)}
+                 "dense_tokens_per_s": price.tokens_per_s, "tokens_per_s": by_batch[0].tokens_per_s,
+                 "prompt_tokens": len(price.prompt), "repeats": REPEATS, "threads": torch.get_num_threads(),
+                 "dense_by_batch": [t.to_dict() for t in price.by_batch], "by_batch": [t.to_dict() for t in by_batch]}
     return {"kept_weights": int(accounting.nonzeros_kept), "params_before": int(accounting.params_before),
             "params_after": int(accounting.params_after), "stored_as": kind, "bytes_dense": int(price.bytes_dense),
             "bytes_stored": stored, "bytes_measured": bool(measured),
