@@ -97,6 +97,7 @@ def _record(event: SublayerPruned, trace: list[SolverStep], args: argparse.Names
         "benchmark": "awp_diagnose", "model": args.model, "quant": args.quant, "step": step,
         "layer": event.layer, "name": event.name, "shape": event.shape,
         "c_fro": info.get("c_fro"), "c_spec": info.get("c_spec"), "c_ratio": info.get("c_ratio"),
+        "diag_ratio": info.get("diag_ratio"),
         "eta": info.get("eta"), "eta_last": info.get("eta_last"), "iterations": info.get("iterations"),
         "stop": info.get("stop"), "residuals": info.get("residuals"),
         "iteration": [s.step for s in trace], "loss": [s.values.get("loss") for s in trace],

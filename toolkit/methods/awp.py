@@ -229,7 +229,9 @@ def _trace(W: Tensor, C: Tensor, cfg: AWPConfig, projector: Projector, eta_scale
     """‖C‖_F, ‖C‖₂ (power iteration), the stepper of ``cfg.step`` and RTN's codes for the diagnosis."""
     c_fro = float(torch.linalg.norm(C))
     c_spec = spectral_norm(C, cfg.power_iters) if c_fro > 0 else 0.0
-    header = {"c_fro": c_fro, "c_spec": c_spec, "c_ratio": c_fro / c_spec if c_spec > 0 else math.nan}
+    header = {"c_fro": c_fro, "c_spec": c_spec, "c_ratio": c_fro / c_spec if c_spec > 0 else math.nan,
+              # median C_jj/‖C‖₂: η·C_jj is the share of the way to its own optimum a step moves weight j
+              "diag_ratio": float(torch.diagonal(C).median()) / c_spec if c_spec > 0 else math.nan}
     stepper = make_stepper(cfg.step, c_fro, c_spec, eta_scale, cfg.spectral_scale, projector) if c_spec > 0 \
         else make_stepper("paper", 1.0, 1.0, 0.0, 1.0, projector)
     return Trace(stepper, header, reference)
