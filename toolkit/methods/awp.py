@@ -55,6 +55,12 @@ ramp lengths, the divergence bound, the event budget and ``step_dtype`` (float32
 runs the per-step matmul (W − Θ)C in bf16, which the paper does not do: the per-step matmuls are
 6.3 of a smollm2 layer's 9.4 solve seconds on the CPU, so this is the lever on solve time,
 measured in the README).
+Step size (``step``, :mod:`toolkit.methods.awp_step`): ``paper`` (η = scale/‖C‖_F above), ``spectral``
+(η = spectral_scale/‖C‖₂, the 1/L step of f), ``backtracking`` (Armijo from 2/‖C‖₂, monotone);
+``iterations`` replaces the last phase's count and ``stop=gradient`` applies the paper's pruning rule
+(‖∇f1‖_F/‖W‖_F < tol or 200 iterations) in every mode. Measured on smollm2, ‖C‖_F/‖C‖₂ is 1.0-2.2
+per linear (one direction dominates C), so the paper's step is already ≈ 1.5/‖C‖₂: the stall is the
+spread of C's spectrum below its top eigenvalue, not ‖C‖_F ≫ ‖C‖₂ (docs/methods/awp.md).
 n:m targets use the n:m projection (an extension; the paper evaluates per-row unstructured
 sparsity only).
 

@@ -14,6 +14,10 @@ token count as here), ``masked_grad`` the same restricted to the kept weights, `
 ‖Θ^(t+1) − Θ^(t)‖_F/‖W‖_F < tol, ``none``. Divergence (a non-finite objective or one above
 ``diverge``) stops the loop with a warning and returns the best feasible iterate seen (or the last
 finite one, projected into the constraint set): never a silent NaN.
+
+η per step comes from a :class:`~toolkit.methods.awp_step.Stepper` (fixed, or an Armijo line search that
+stops the loop as ``stalled`` when no trial step decreases f). When only quantizing with a fixed η, an
+iterate equal to its predecessor repeats forever: the loop stops there (``fixed_point``), same result.
 """
 
 from __future__ import annotations
