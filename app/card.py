@@ -116,6 +116,10 @@ def _bought_columns(view: RunView) -> list[tuple[str, str]]:
     if speed:
         columns.append((f"decode tokens/s ({speed['device']}, batch {speed['batch']})",
                         f"{speed['dense_tokens_per_s']:.1f} → **{speed['tokens_per_s']:.1f}**"))
+        columns += [(f"decode tokens/s, batch {new['batch']} (prefill excluded)",
+                     f"{dense['decode_tokens_per_s']:.1f} → **{new['decode_tokens_per_s']:.1f}**")
+                    for dense, new in zip(speed.get("dense_by_batch", []), speed.get("by_batch", []), strict=False)
+                    if new["batch"] != speed["batch"]]
     return columns
 
 
@@ -128,7 +132,8 @@ def bought_sentence(view: RunView) -> str:
     how = "measured on disk" if bought["bytes_measured"] else "computed; measured when the checkpoint is saved"
     if bought["stored_as"] == "dense":
         return (f"**What it bought**: {count(bought['kept_weights'])} of {count(bought['params_before'])} weights "
-                f"kept, but **{NOT_SMALLER}** ({size(stored)}, {how}).")
+                f"kept, but **{NOT_SMALLER}**, and no faster: its zeros are multiplied like any other weight "
+                f"({size(stored)}, {how}).")
     share = f"{stored / dense:.0%} of the dense {size(dense)}" if dense else size(stored)
     if bought["stored_as"] == "pack-quantized":
         return (f"**What it bought**: stored packed (codes, scales and zero points), {size(stored)}: {share} "

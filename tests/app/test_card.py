@@ -128,3 +128,12 @@ def test_the_solver_panels_sit_beside_the_heatmap() -> None:
     from toolkit.figures.registry import ROWS
 
     assert ROWS["errors"][:3] == ("heatmap", "solver", "lambda")  # a fourth panel (the layer error) wraps below
+
+
+def test_a_structured_run_measured_at_several_batches_gives_each_decode_speed() -> None:
+    rates = [{"batch": 1, "decode_tokens_per_s": 50.0}, {"batch": 8, "decode_tokens_per_s": 200.0}]
+    speed = {**SHRUNK["speed"], "dense_by_batch": rates,
+             "by_batch": [{**rates[0], "decode_tokens_per_s": 60.0}, {**rates[1], "decode_tokens_per_s": 260.0}]}
+    text = card.card_markdown(folded("numerical", STRUCTURED, {**SHRUNK, "speed": speed}, sparsity=0.3), 0.0)
+    assert "decode tokens/s, batch 8 (prefill excluded)" in text and "200.0 → **260.0**" in text
+    assert "decode tokens/s, batch 1 (prefill excluded)" not in text  # batch 1 has its column already

@@ -137,12 +137,17 @@ def test_the_cli_summary_says_what_it_bought() -> None:
                    Accounting(params_before=100, params_after=100, nonzeros_kept=50, sparsity=0.5, bits_per_weight=32,
                               estimated_bytes=2 * 2**20), None, quantized=False)
     assert bought_line(dense) == ("bought: 50 of 100 weights kept  stored dense 2.00 MiB (computed) vs dense 2.00 MiB: "
-                                  "not smaller as saved (pruned weights are stored as zeros in a dense checkpoint)")
+                                  "not smaller or faster as saved (pruned weights are stored as zeros in a dense "
+                                  "checkpoint and multiplied like any other)")
     shrunk = {**dense, "stored_as": "shrunk", "bytes_stored": 2**20, "smaller_as_saved": True,
               "speed": {"device": "cpu", "batch": 1, "new_tokens": 32, "dense_tokens_per_s": 40.0,
                         "tokens_per_s": 52.5}}
     assert bought_line(shrunk).endswith("stored shrunk 1.00 MiB (computed) vs dense 2.00 MiB  decode 40.0 → 52.5 "
                                         "tokens/s (cpu, batch 1, 32 new tokens)")
+    by_batch = [{"batch": 8, "prefill_tokens_per_s": 300.0, "decode_tokens_per_s": 90.0}]
+    shrunk["speed"] = {**shrunk["speed"], "dense_by_batch": by_batch,
+                       "by_batch": [{**by_batch[0], "prefill_tokens_per_s": 400.0, "decode_tokens_per_s": 120.0}]}
+    assert bought_line(shrunk).endswith("32 new tokens)  batch 8: prefill 300.0 → 400.0, decode 90.0 → 120.0 tokens/s")
 
 
 def test_a_model_the_device_cannot_hold_whole_is_not_measured(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -185,11 +185,16 @@ def bought_line(bought: dict[str, Any]) -> str:
             f"{bought['stored_as']} {bought['bytes_stored'] / 2**20:.2f} MiB ({how}) vs dense "
             f"{bought['bytes_dense'] / 2**20:.2f} MiB")
     if not bought["smaller_as_saved"]:
-        line += ": not smaller as saved (pruned weights are stored as zeros in a dense checkpoint)"
+        line += (": not smaller or faster as saved (pruned weights are stored as zeros in a dense checkpoint and "
+                 "multiplied like any other)")
     speed = bought.get("speed")
     if speed:
         line += (f"  decode {speed['dense_tokens_per_s']:.1f} → {speed['tokens_per_s']:.1f} tokens/s "
                  f"({speed['device']}, batch {speed['batch']}, {speed['new_tokens']} new tokens)")
+        for dense, shrunk in zip(speed.get("dense_by_batch", []), speed.get("by_batch", []), strict=False):
+            line += (f"  batch {shrunk['batch']}: prefill {dense['prefill_tokens_per_s']:.1f} → "
+                     f"{shrunk['prefill_tokens_per_s']:.1f}, decode {dense['decode_tokens_per_s']:.1f} → "
+                     f"{shrunk['decode_tokens_per_s']:.1f} tokens/s")
     return line
 
 
