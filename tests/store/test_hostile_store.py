@@ -61,7 +61,8 @@ def test_one_hostile_file_is_one_damaged_row(kind: str, tmp_path: Path, capsys: 
     table = runs_tab.runs_table(str(tmp_path))
     status = {row[runs_tab.COLUMNS.index("run id")]: row[runs_tab.COLUMNS.index("status")] for row in table["rows"]}
     assert status[good.name] == "finished" and why in status[victim.name]
-    assert find_finished(tmp_path, {"model": CONFIG["model"]}).path == good  # the sweep's reuse still sees it
+    reused = find_finished(tmp_path, {"model": CONFIG["model"]})  # the sweep's reuse still sees the intact run
+    assert reused is not None and reused.path == good
 
 
 def test_the_replay_of_a_hostile_run_is_one_line(tmp_path: Path) -> None:

@@ -29,7 +29,8 @@ def test_the_depth_limit_is_exact() -> None:
 
 
 @pytest.mark.parametrize(("raw", "why"), [
-    (b"", "x.json is empty"), (b"\xff{}", "x.json is not UTF-8 text (byte 0)"), (b'{"a": 1', "x.json is not valid JSON"),
+    (b"", "x.json is empty"), (b"\xff{}", "x.json is not UTF-8 text (byte 0)"),
+    (b'{"a": 1', "x.json is not valid JSON"),
 ])
 def test_parse_json_gives_a_reason(raw: bytes, why: str) -> None:
     data, reason = reader.parse_json(raw, "x.json")
