@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -36,3 +37,13 @@ def test_run_lines_escape_every_value(tmp_path: Path) -> None:
     (line,) = run_lines(list_runs(tmp_path))
     assert line.startswith(run.name) and "50%\\x1b]0;pwned\\x07" in line and "\\x1b[2J" in line
     assert not any(raw in line for raw in RAW)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file names are bytes")
+def test_a_folder_name_that_is_not_utf8_is_listed_escaped(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = write_run(tmp_path, CONFIG, seed=0)
+    renamed = os.fsdecode(os.fsencode(run) + b"-\xff\xfe")
+    os.rename(run, renamed)
+    assert main(["runs", "--out", str(tmp_path)]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"{run.name}-\\udcff\\udcfe") and "finished" in line
