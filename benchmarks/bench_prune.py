@@ -9,7 +9,7 @@ JSON says so). Every run is also recorded in the run store (``--out``).
 
 A run is written ``method@sparsity[+quant][:key=value,key=value]``: ``awp@50%+int4``,
 ``rtn@int3`` (quantization only), ``numerical@structured:30%:unit=heads`` (``unit`` and ``quant``
-given as options go to the spec, not to the method).
+given as options go to the spec, not to the method; so does ``permute=1``: ``wanda@2:4:permute=1``).
 """
 
 from __future__ import annotations
@@ -64,8 +64,9 @@ def main() -> None:
     for spec in args.runs:
         method, sparsity, options = parse_run(spec)
         fields = split_spec(sparsity, options)
-        config = RunConfig(model=args.model, method=method, **fields, options=options, nsamples=args.nsamples,
-                           seqlen=args.seqlen, seed=args.seed, eval_seqlen=args.eval_seqlen,
+        permute = options.pop("permute", "") in ("1", "true", "on")  # the spec's, not the method's
+        config = RunConfig(model=args.model, method=method, **fields, permute=permute, options=options,
+                           nsamples=args.nsamples, seqlen=args.seqlen, seed=args.seed, eval_seqlen=args.eval_seqlen,
                            eval_windows=args.eval_windows, eval_data=None if args.no_eval else "wiki",
                            eval_dense=not args.no_eval, device=args.device, propagate=args.propagate,
                            out_dir=args.out, dtype=args.dtype, forward_dtype=args.forward_dtype)
@@ -75,6 +76,7 @@ def main() -> None:
         record = {
             "benchmark": "prune", "run": spec, "model": result["model"], "method": method, "sparsity": sparsity,
             "options": options, "quant": fields["quant"], "unit": fields["unit"],
+            "permute": permute,
             "propagate": result["engine"]["propagate"],
             "achieved_sparsity": result["achieved_sparsity"],
             "ppl": result["ppl"], "dense_ppl": result["dense_ppl"], "prune_seconds": round(result["prune_seconds"], 2),

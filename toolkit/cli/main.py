@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="50%%, 0.5, 2:4, 4:8, structured:30%%, or none (default: 50%% unless --quant is given)")
     p.add_argument("--quant", default=None, help="weight quantization: int8, int4, int3, int2, optionally with a "
                    "group size (int4:g128, the default; g0 = one group per row) and :sym (quantizing methods only)")
+    p.add_argument("--permute", action="store_true", help="n:m: permute each linear's inputs so the important ones "
+                   "spread over the m-groups (RIA's channel permutation; docs/methods/ria.md)")
     p.add_argument("--unit", default=None, help="structural unit a block-scope method removes: heads | channels | "
                    "heads+channels (needs --sparsity structured:P%%)")
     p.add_argument("--calib", default="wiki", help="wiki | wikitext2 | c4 | ptb | FILE.txt")
@@ -231,11 +233,11 @@ def _prune(args: argparse.Namespace) -> int:
     eval_text = args.eval or ("none" if args.stream else "wiki")
     eval_data = None if eval_text.lower() == "none" else eval_text
     sparsity = args.sparsity if args.sparsity is not None or args.quant is not None else "50%"
-    compression = parse_compression(sparsity, args.quant, args.unit)  # parsed once, here at the edge
+    compression = parse_compression(sparsity, args.quant, args.unit, args.permute)  # parsed once, here at the edge
     sizes = resolve_sizes(args)
     config = RunConfig(
         model=args.model, method=args.method, sparsity=compression.sparsity, quant=compression.quant,
-        unit=compression.unit, options=parse_set(args.set),
+        unit=compression.unit, permute=compression.permute, options=parse_set(args.set),
         calib=args.calib, nsamples=sizes.nsamples, seqlen=sizes.seqlen, seed=args.seed, eval_data=eval_data,
         eval_seqlen=sizes.eval_seqlen, eval_windows=sizes.eval_windows, eval_dense=args.eval_dense,
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,

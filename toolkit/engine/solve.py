@@ -29,6 +29,7 @@ from toolkit.errors import NumericalError, ToolkitError
 from toolkit.events import MaskRefined, SublayerPruned
 from toolkit.methods.base import SOLVER_DTYPE, LinearStats, PruneResult, SolveContext
 from toolkit.methods.dsnot import dsnot_refine
+from toolkit.methods.permute import permuted_solve
 from toolkit.methods.quant_grid import bits_per_weight
 from toolkit.models.layers import get_weight
 from toolkit.runtime.precision import full_precision
@@ -55,7 +56,10 @@ def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str],
         ctx = SolveContext(layer=index, name=name, quant=run.quant, emit=run.emit, cancelled=run.cancelled)
         t0 = time.perf_counter()
         with run.timer.section("solve"):
-            result = run.spec.fn(W.clone(), stats, run.target, run.method_cfg, ctx)
+            if run.compression.permute:  # inputs permuted for the solve, the result mapped back (methods/permute.py)
+                result = permuted_solve(run.spec, W.clone(), stats, run.target, run.method_cfg, ctx)  # type: ignore[arg-type]
+            else:
+                result = run.spec.fn(W.clone(), stats, run.target, run.method_cfg, ctx)
         if run.cfg.refine is not None and run.cfg.refine.applies_to(name):
             with run.timer.section("refine"):
                 result = refine_mask(run, name, W, result, stats)

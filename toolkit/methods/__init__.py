@@ -19,6 +19,7 @@ from toolkit.methods import (
     fista,
     gptq,
     magnitude,
+    ria,
     rtn,
     sparsegpt,
     thanos,
@@ -34,6 +35,7 @@ METHODS: dict[str, MethodSpec] = build_registry(
     (
         magnitude.SPEC,
         wanda.SPEC,
+        ria.SPEC,
         sparsegpt.SPEC,
         fista.SPEC,
         alps.SPEC,

@@ -77,10 +77,11 @@ class RunConfig:
     threads: int | None = None  # intra-op CPU threads (None: torch's default); see toolkit.runtime.threads
     allocation: Allocation | str = "uniform"  # per-layer sparsity: uniform | owl[:M,λ] | FILE.json (spec/allocation.py)
     refine: Refine | str | None = None  # mask refinement after each linear's solve: dsnot[:N] (spec/refine.py)
+    permute: bool = False  # n:m: each linear's inputs permuted so the important ones spread (methods/permute.py)
 
     def __post_init__(self) -> None:
         spec = get_method(self.method)
-        compression = parse_compression(self.sparsity, self.quant, self.unit)
+        compression = parse_compression(self.sparsity, self.quant, self.unit, permute=self.permute)
         for name in ("sparsity", "quant", "unit"):  # frozen: store the parsed objects
             object.__setattr__(self, name, getattr(compression, name))
         spec.check(compression)
@@ -153,6 +154,12 @@ class RunConfig:
             if self.quant is not None:
                 raise ToolkitError(f"--refine {refine.label} refines sparsity masks; with --quant the codes would no "
                                    "longer match: drop --refine or --quant")
+            if self.permute:
+                raise ToolkitError(f"--refine {refine.label} swaps weights inside the n:m groups of the stored order, "
+                                   "--permute chooses them in a permuted order: drop one of them")
+        if self.permute and not linear:
+            raise ToolkitError(f"--permute reorders the inputs of single linears for n:m; {spec.name} removes whole "
+                               "units of a layer: drop --permute or use a linear-scope method")
 
     def _check_stream(self, spec: Any) -> None:
         """--stream: a local checkpoint folder, a linear-scope method, no quantization, nothing evaluated."""
@@ -211,7 +218,7 @@ class RunConfig:
     @property
     def compression(self) -> Compression:
         """Sparsity, quantization and unit as one spec."""
-        return Compression(self.sparsity, self.quant, self.unit)
+        return Compression(self.sparsity, self.quant, self.unit, self.permute)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (config.json, schema 2).
@@ -255,6 +262,8 @@ class RunConfig:
             data.pop("allocation")
         if data["refine"] is None:
             data.pop("refine")
+        if not data["permute"]:  # the default: runs from before the option were not permuted
+            data.pop("permute")
         return data
 
 

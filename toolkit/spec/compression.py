@@ -6,7 +6,9 @@
 - ``quant``: a :class:`QuantSpec` (``int3:g64``, ``int8:g0`` = one group per row; ``int4`` without a
   group runs groups of 128 inputs, or of 64, 32, … where 128 does not divide the model's widths) or None;
 - ``unit``: a :class:`Unit` (``heads``, ``channels``, ``heads+channels``, ``layers``) for block-scope
-  methods that remove whole structural units, or None.
+  methods that remove whole structural units, or None;
+- ``permute``: n:m only: each linear's inputs are permuted before its solve so that the important
+  ones spread over the m-groups (``--permute``, toolkit/methods/permute.py); label ``2:4+perm``.
 
 Nothing downstream re-parses strings or guesses the kind of a target from its text: every kind
 knows its ``kind`` (a stable word for tables and figures) and its ``label`` (the text a user typed,
@@ -158,17 +160,27 @@ def target_from_dict(data: dict[str, Any]) -> Target:
 
 @dataclass(frozen=True, slots=True)
 class Compression:
-    """What one run asks for: a sparsity target, a quantization grid, a structural unit (any may be None)."""
+    """What one run asks for: a sparsity target, a quantization grid, a structural unit (any may be None).
+
+    ``permute`` (n:m without quantization only): the inputs of each linear are permuted for the solve.
+    """
 
     sparsity: Target | None = None
     quant: QuantSpec | None = None
     unit: Unit | None = None
+    permute: bool = False
 
     def __post_init__(self) -> None:
         if self.sparsity is None and self.quant is None:
             raise ToolkitError("nothing to do: give --sparsity (e.g. 50%) and/or --quant (e.g. int4)")
         if self.unit is not None and not isinstance(self.sparsity, Structured):
             raise ToolkitError(f"--unit {self.unit.value} needs a structured ratio, e.g. --sparsity structured:30%")
+        if self.permute and not isinstance(self.sparsity, NM):
+            raise ToolkitError(f"--permute spreads the important inputs over the groups of n:m sparsity; "
+                               f"{self.sparsity or 'quantizing only'} has none: give --sparsity 2:4 or drop --permute")
+        if self.permute and self.quant is not None:
+            raise ToolkitError("--permute reorders the inputs, and the groups of a quantization grid would follow "
+                               "the permuted order: drop --quant or --permute")
         if isinstance(self.sparsity, Structured) and self.sparsity.layers and self.unit not in (None, Unit.LAYERS):
             raise ToolkitError(f"{self.sparsity} counts whole decoder layers: use --unit layers (--method depth), "
                                f"or a ratio such as structured:30% for --unit {self.unit.value}")
@@ -185,7 +197,7 @@ class Compression:
         parts = [] if self.sparsity is None else [str(self.sparsity)]
         if self.quant is not None:
             parts.append(self.quant.label)
-        text = "+".join(parts)
+        text = "+".join(parts + (["perm"] if self.permute else []))
         return f"{text}@{self.unit.value}" if self.unit is not None else text
 
     @property
@@ -204,7 +216,7 @@ class Compression:
             "sparsity": None if self.sparsity is None else target_to_dict(self.sparsity),
             "quant": None if quant is None else _quant_dict(quant),
             "unit": None if self.unit is None else self.unit.value,
-        }
+        } | ({"permute": True} if self.permute else {})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Compression:
@@ -215,6 +227,7 @@ class Compression:
             quant=None if quant is None else QuantSpec(int(quant["bits"]), int(quant["group_size"]),
                                                        bool(quant["symmetric"]), bool(quant.get("auto_group"))),
             unit=None if unit is None else Unit(unit),
+            permute=bool(data.get("permute", False)),
         )
 
 
@@ -276,12 +289,13 @@ def parse_unit(text: str | Unit | None) -> Unit | None:
 
 
 def parse_compression(
-    sparsity: str | float | Target | None = "50%", quant: str | QuantSpec | None = None, unit: str | Unit | None = None
+    sparsity: str | float | Target | None = "50%", quant: str | QuantSpec | None = None, unit: str | Unit | None = None,
+    permute: bool = False,
 ) -> Compression:
-    """One :class:`Compression` from the user's three fields (strings at the edge, objects below).
+    """One :class:`Compression` from the user's fields (strings at the edge, objects below).
 
     >>> parse_compression("2:4", "int4").label
     '2:4+int4:g128'
     """
     target = None if sparsity in (None, "", "none") else parse_sparsity(sparsity)  # type: ignore[arg-type]
-    return Compression(sparsity=target, quant=parse_quant(quant), unit=parse_unit(unit))
+    return Compression(sparsity=target, quant=parse_quant(quant), unit=parse_unit(unit), permute=permute)
