@@ -18,7 +18,7 @@ from toolkit.events import (
 from toolkit.teach.lesson_clock import LessonClock, Profile
 
 PROFILE = Profile(load=2.0, window=0.5, prompt=1.0, capture=0.5, finish=0.1, layer={"magnitude": 1.0, "fista": 4.0},
-                  default_layer=2.0, layers=4, prompts=2)
+                  default_layer=2.0, wrap=3.0, layers=4, prompts=2)
 WINDOWS = 3
 
 
@@ -54,7 +54,8 @@ def lesson_events(methods: tuple[str, ...], pace: float, slower_from: float = ma
         for what, unit in (("perplexity", PROFILE.window), ("generation", PROFILE.prompt)):
             total = WINDOWS if what == "perplexity" else PROFILE.prompts
             for done in range(total + 1):
-                spend(unit if done else 0.0, EvalProgress(phase="pruned", what=what, done=done, total=total))
+                opening = PROFILE.wrap if what == "perplexity" else 0.0  # the pruning's last steps come first
+                spend(unit if done else opening, EvalProgress(phase="pruned", what=what, done=done, total=total))
         spend(PROFILE.finish, RunFinished(achieved_sparsity=0.5, prune_seconds=1.0, ppl={}, dense_ppl={}))
     return timeline
 
@@ -87,6 +88,20 @@ def test_a_machine_slower_or_faster_than_the_reference_is_measured_within_the_fi
     assert first_layers + clock.seconds_left(first_layers) == pytest.approx(actual, rel=0.05)
     reference = LessonClock(PROFILE, methods, WINDOWS, 0.0).seconds_left(0.0)
     assert reference != pytest.approx(actual, rel=0.5)  # the reference alone was far off
+
+
+def test_the_wrap_up_is_its_own_kind_and_leaves_the_window_pace_pure() -> None:
+    methods = ("magnitude", "fista")
+    timeline = lesson_events(methods, pace=2.0)
+    clock = replay(methods, timeline, timeline[-1][0])
+    measured = clock.measured()
+    assert measured["window"] == pytest.approx(2.0 * PROFILE.window)  # not the window plus the wrap-up
+    assert measured["wrap"] == pytest.approx(2.0 * PROFILE.wrap)
+    # from the first dense window, which has no wrap-up in it, the whole lesson is estimated right
+    actual = timeline[-1][0]
+    first_window = next(at for at, e in timeline if isinstance(e, EvalProgress) and e.done == 1)
+    early = replay(methods, timeline, first_window)
+    assert first_window + early.seconds_left(first_window) == pytest.approx(actual, rel=0.02)
 
 
 def test_a_change_of_pace_midway_is_followed() -> None:
@@ -171,13 +186,14 @@ def test_from_the_first_window_on_the_whole_estimate_is_scaled_by_this_machines_
 
 
 def test_a_profile_from_measured_lessons_averages_each_kind_in_units_of_the_probe() -> None:
-    quiet = {"window": 1.0, "prompt": 1.2, "load": 0.5, "capture": 0.02, "finish": 0.0,
+    quiet = {"window": 1.0, "prompt": 1.2, "load": 0.5, "capture": 0.02, "finish": 0.0, "wrap": 4.0,
              "layer:magnitude": 0.2, "layer:fista": 3.0}
     busy = {k: 3.0 * v for k, v in quiet.items()} | {"layer:fista": 3.0 * 2.0}  # 3× slower, FISTA relatively faster
     profile = Profile.from_measured([quiet, busy], default_layer="magnitude", layers=30)
     probe = (1.0 + 3.0) / 2
     assert profile.window == pytest.approx(probe)
     assert profile.prompt == pytest.approx(1.2 * probe) and profile.load == pytest.approx(0.5 * probe)
+    assert profile.wrap == pytest.approx(4.0 * probe)
     assert profile.layer == pytest.approx({"magnitude": 0.2 * probe, "fista": (3.0 + 2.0) / 2 * probe})
     assert profile.default_layer == pytest.approx(0.2 * probe) and profile.layers == 30
     with pytest.raises(ValueError, match="window"):

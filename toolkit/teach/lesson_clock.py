@@ -4,12 +4,15 @@ A lesson is a list of runs; each run is a fixed sequence of work (docs/architect
 one run")::
 
     load (to RunStarted) → dense perplexity windows → dense prompts → calibration (layer 0's inputs,
-    to the first LayerStarted) → decoder layers → pruned perplexity windows → pruned prompts → finish
+    to the first LayerStarted) → decoder layers → wrap-up (the pruning's last steps, to the pruned
+    evaluation's opening tick) → pruned perplexity windows → pruned prompts → finish
 
 :class:`LessonClock` folds the runs' events with the consumer's clock. The time between two
 boundary events (RunStarted, an EvalProgress tick, LayerStarted, LayerDone, RunFinished/RunFailed)
 is the time of the work the later one completes, of one *kind* (``load``, ``window``, ``prompt``,
-``capture``, ``layer:<method>``, ``finish``). A :class:`Profile` holds reference seconds per unit of
+``capture``, ``layer:<method>``, ``wrap``, ``finish``). The wrap-up has its own kind because it is not
+a window: charged to the windows, it would make the pure dense windows of the first seconds look fast
+against a profile whose window also carried every run's wrap-up. A :class:`Profile` holds reference seconds per unit of
 each kind; only their ratios matter. :meth:`Profile.from_measured` builds one from whole lessons
 measured before: each kind's cost in units of the *probe* (one perplexity window: a forward of the
 whole model over one window, the first work every lesson does), averaged over the lessons, times
@@ -54,6 +57,7 @@ class Profile:
     finish: float
     layer: dict[str, float]
     default_layer: float
+    wrap: float = 0.0
     layers: int = 30
     prompts: int = 5
 
@@ -75,7 +79,7 @@ class Profile:
         fallback = layer.get(default_layer, sum(layer.values()) / len(layer) if layer else 0.0)
         return cls(load=cost.get("load", 0.0), window=cost.get("window", 0.0), prompt=cost.get("prompt", 0.0),
                    capture=cost.get("capture", 0.0), finish=cost.get("finish", 0.0), layer=layer,
-                   default_layer=fallback, **sizes)
+                   default_layer=fallback, wrap=cost.get("wrap", 0.0), **sizes)
 
     def seconds(self, kind: str) -> float:
         """Reference seconds of one unit of ``kind``."""
@@ -122,7 +126,7 @@ class LessonClock:
         p = self.profile
         windows = self.windows * (2 if first else 1)
         return {"load": 1, "window": windows, "prompt": 2 * p.prompts, "capture": 1, f"layer:{method}": p.layers,
-                "finish": 1}
+                "wrap": 1, "finish": 1}
 
     # -- folding -------------------------------------------------------------------------------
     def apply(self, event: Event, now: float) -> None:
@@ -136,7 +140,8 @@ class LessonClock:
             self._stage(run, "dense evaluation", "", 0, 0)
         elif isinstance(event, EvalPoint) and event.which == "dense" and event.cached:
             self.dense_cached = True
-            run.left["window"] = max(0.0, run.left.get("window", 0) - self.windows)
+            if self.index == 0:  # only the first run's work counted the dense windows (_work)
+                run.left["window"] = max(0.0, run.left.get("window", 0) - self.windows)
         elif isinstance(event, EvalProgress):
             self._tick(run, event, now)
         elif isinstance(event, LayerStarted):
@@ -180,6 +185,8 @@ class LessonClock:
         stage = STAGE_NAMES.get((event.phase, event.what), f"{event.what} ({event.phase})")
         fresh = stage != run.stage or kind != run.stage_kind
         units = event.done if fresh else event.done - run.stage_done
+        if fresh and event.phase == "pruned" and run.left.get("wrap", 0) > 0:
+            self._spend(run, "wrap", 1, now)  # from the last layer to the pruned evaluation's opening tick
         if kind == "prompt" and fresh and event.total != self.profile.prompts and event.total > 0:
             for later in self.runs[self.index:]:
                 later.left["prompt"] = later.left.get("prompt", 0) + 2 * (event.total - self.profile.prompts)
