@@ -15,7 +15,8 @@ no evaluation, all offline.
 One JSON object a run (one line) is printed, and appended to ``--json FILE`` when given: the inputs, the prune
 time, the host RSS peak and the RSS before the run (after the checkpoint was written), the peak over the
 model's bf16 weight bytes, the GPU peak, the saved checkpoint's bytes and dtypes (``--save-model``), the
-result's ``phases`` / ``phase_layers`` when the toolkit reports them, and the matmul floor of one layer
+result's ``phases`` / ``phase_layers`` when the toolkit reports them, the host memory by phase (sampled RSS:
+``rss_by_phase_mib``, ``rss_timeline``, see ``benchmarks.rss_timeline``), and the matmul floor of one layer
 (``benchmarks.scale_floor``) with the measured time over it.
 """
 
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.records import emit
+from benchmarks.rss_timeline import RssTimeline
 from benchmarks.scale_configs import (
     DTYPES,
     SHAPES,
@@ -139,8 +141,10 @@ def prune(kwargs: dict[str, Any], device: str) -> tuple[dict[str, Any], dict[str
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     memory: dict[str, Any] = {"rss_before_run_mib": rss_now_mib()}
-    result = prune_model(RunConfig(**kwargs))
+    with RssTimeline().running() as timeline:
+        result = prune_model(RunConfig(**kwargs))
     memory["rss_peak_mib"] = rss_peak_mib()
+    memory.update(timeline.report())
     memory["gpu_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
     return result, memory
 
@@ -166,6 +170,7 @@ def make_record(name: str, shape: dict[str, Any], opts: ScaleOptions, result: di
         "seconds_per_layer": _round(result["prune_seconds"] / layers, 4),
         "rss_peak_mib": _round(memory["rss_peak_mib"], 1),
         "rss_before_run_mib": _round(memory["rss_before_run_mib"], 1),
+        "rss_by_phase_mib": memory.get("rss_by_phase_mib"), "rss_file_peak_mib": memory.get("rss_file_peak_mib"),
         "params": params, "bf16_weight_bytes": weight_bytes,
         "rss_peak_over_bf16_weights": _round(memory["rss_peak_mib"] * 2**20 / weight_bytes),
         "gpu_peak_mib": _round(memory["gpu_peak_mib"], 1), "toolkit_gpu_peak_mb": _round(result.get("gpu_peak_mb"), 1),
@@ -173,6 +178,7 @@ def make_record(name: str, shape: dict[str, Any], opts: ScaleOptions, result: di
         "achieved_sparsity": _round(result.get("achieved_sparsity"), 4),
         "phases": result.get("phases"), "phase_layers": result.get("phase_layers"),
         "engine": result.get("engine"), "versions": result.get("versions"),
+        "rss_timeline": memory.get("rss_timeline"), "rss_sample_seconds": memory.get("rss_sample_seconds"),
     }
 
 

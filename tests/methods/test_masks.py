@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from toolkit.methods import magnitude, wanda
+from toolkit.methods import magnitude, masks, wanda
 from toolkit.methods.base import LinearStats, SolveContext
 from toolkit.methods.masks import drop_lowest, keep_mask_from_scores, keep_nm
 from toolkit.spec.targets import NM, Unstructured
@@ -81,3 +81,20 @@ def test_nm_masks_equal_the_sort_reference_without_ties() -> None:
     top = torch.sort(groups, dim=2, descending=True).indices[..., :2]
     expected = torch.zeros_like(groups, dtype=torch.bool).scatter_(2, top, True).reshape(8, 32)
     assert torch.equal(keep_nm(scores, NM(2, 4)), expected)
+
+
+def test_row_chunks_give_the_unchunked_masks(monkeypatch: pytest.MonkeyPatch) -> None:
+    scores = torch.randint(0, 4, (37, 50), generator=torch.Generator().manual_seed(9)).float()
+    scores[::3] += torch.rand(13, 50, generator=torch.Generator().manual_seed(1))  # tie-free rows among tied ones
+    whole = drop_lowest(scores, 21)
+    monkeypatch.setattr(masks, "ROW_CHUNK_ELEMENTS", 120)  # two rows a kthvalue call, the last chunk shorter
+    assert torch.equal(drop_lowest(scores, 21), whole)
+    assert torch.equal(whole, sorted_drop(scores, 21))
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_large_flat_selection_through_the_sampled_band_equals_the_sort(tied: bool) -> None:
+    gen = torch.Generator().manual_seed(4)
+    scores = torch.randint(0, 7, (300_000,), generator=gen).float() if tied else torch.rand(300_000, generator=gen)
+    for count in (1, 123_457, 299_999):
+        assert torch.equal(drop_lowest(scores, count), sorted_drop(scores, count))

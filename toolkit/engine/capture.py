@@ -183,7 +183,7 @@ def _unused_head(model: nn.Module) -> set[int]:
 
 
 @contextlib.contextmanager
-def _recording_layers(layers: nn.ModuleList, record: Callable[..., Tensor]) -> Iterator[None]:
+def recording_layers(layers: nn.ModuleList, record: Callable[..., Tensor]) -> Iterator[None]:
     """Replace each layer's ``forward`` by ``record(index, *args, **kwargs)``; put it back after."""
     saved = [layer.__dict__.get("forward") for layer in layers]  # accelerate may have set one
     for index, layer in enumerate(layers):
@@ -224,7 +224,7 @@ def capture_layer_inputs(
             raise _StopForward
         return hidden
 
-    with _recording_layers(layers, record), outside_layers_on(model, layers, device, dtype), torch.no_grad():
+    with recording_layers(layers, record), outside_layers_on(model, layers, device, dtype), torch.no_grad():
         for batch, start in enumerate(range(0, windows.shape[0], batch_size)):
             with contextlib.suppress(_StopForward):
                 model(input_ids=windows[start : start + batch_size].to(device), use_cache=False)

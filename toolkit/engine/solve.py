@@ -50,7 +50,7 @@ def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str],
     for name in group:
         run.check_cancel()
         module = linears[name]
-        W = get_weight(module).to(SOLVER_DTYPE).clone()  # (out, in)
+        W = get_weight(module).detach().to(SOLVER_DTYPE)  # (out, in): the write-back swaps the parameter's data
         if not torch.isfinite(W).all():
             raise NumericalError(f"layer {index} {name}: the weight has NaN/Inf entries; the checkpoint is broken")
         ctx = SolveContext(layer=index, name=name, quant=run.quant, emit=run.emit, cancelled=run.cancelled)

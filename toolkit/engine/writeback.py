@@ -2,8 +2,8 @@
 
 Three kinds of change, each backed up before it is made:
 
-- ``weight(module, W)``: a new (out, in) weight of the same shape, written in place (masks and
-  quantized weights); the old values are copied to the CPU in the model's storage dtype — in memory
+- ``weight(module, W)``: a new (out, in) weight of the same shape becomes the parameter's data (masks and
+  quantized weights); the old values are kept on the CPU in the model's storage dtype — in memory
   up to ``budget_bytes``, beyond it into a temporary safetensors file each (so the journal of a 7B
   model does not double the host memory; :meth:`WriteBack.discard` deletes the files);
 - ``replace(parent, attr, new)``: a submodule swapped for another one (a smaller Linear after heads
@@ -34,6 +34,20 @@ from toolkit.models.layers import get_weight, set_weight_
 _MISSING = object()
 
 
+def replace_weight_(module: nn.Module, weight: Tensor) -> None:
+    """Make ``weight`` (out, in) the data of ``module.weight`` in its storage layout, dtype and device.
+
+    The parameter object stays (hooks, placement records and optimizers still see it); its former
+    data is released, not overwritten. ``weight`` itself becomes the data when it already has the
+    parameter's dtype, device and a contiguous layout.
+    """
+    stored = module.weight
+    assert isinstance(stored, Tensor), f"{type(module).__name__} has no weight tensor"
+    data = weight.t() if type(module).__name__ == "Conv1D" else weight
+    assert data.shape == stored.shape, f"weight of shape {tuple(data.shape)} for {tuple(stored.shape)}"
+    stored.data = data.to(stored.device, stored.dtype).contiguous()
+
+
 @dataclass
 class WriteBack:
     """A journal of changes to one model; ``enabled=False`` writes without keeping backups."""
@@ -46,18 +60,26 @@ class WriteBack:
     _count: itertools.count = field(default_factory=itertools.count)
 
     def weight(self, module: nn.Module, weight: Tensor, backup_dtype: torch.dtype | None = None) -> None:
-        """Write ``weight`` (out, in) into ``module`` (Linear or Conv1D) in its dtype, in place.
+        """Make ``weight`` (out, in) the weight of ``module`` (Linear or Conv1D), in the module's dtype and device.
 
-        The backup is kept in ``backup_dtype`` (the model's storage dtype when the layer was upcast
-        on the device, an exact round trip), else in the module's dtype.
+        The parameter keeps its identity; its data is replaced rather than overwritten, so the former data
+        stays valid for whoever holds it (the solve's "before" weight needs no copy) and serves as the
+        backup itself when it is already on the CPU in ``backup_dtype``. The backup is kept in
+        ``backup_dtype`` (the model's storage dtype when the layer was upcast on the device, an exact round
+        trip), else in the module's dtype.
         """
         if self.enabled:
-            old = self._keep(get_weight(module).detach().to("cpu", backup_dtype, copy=True))
+            old = self._keep(get_weight(module).detach(), backup_dtype)
             self._undo.append(lambda: set_weight_(module, old()))
-        set_weight_(module, weight)
+        replace_weight_(module, weight)
 
-    def _keep(self, tensor: Tensor) -> Callable[[], Tensor]:
-        """``tensor`` held in memory while the budget allows, else in a file of its own; returns its getter."""
+    def _keep(self, current: Tensor, dtype: torch.dtype | None) -> Callable[[], Tensor]:
+        """A backup of ``current`` in ``dtype`` on the CPU, in memory while the budget allows, else in a file.
+
+        ``current`` is the data being replaced (never written again), so it is kept as it is when nothing
+        needs converting; otherwise one converted copy is made (and, beyond the budget, written and dropped).
+        """
+        tensor = current.to("cpu", dtype)
         nbytes = tensor.numel() * tensor.element_size()
         if self.budget_bytes is None or self._held + nbytes <= self.budget_bytes:
             self._held += nbytes

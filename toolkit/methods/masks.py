@@ -10,40 +10,60 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from toolkit.methods.thanos_update import kth_smallest
 from toolkit.spec.targets import NM, Structured, Target, structured_count, unstructured_count
+
+ROW_CHUNK_ELEMENTS = 1 << 22  # entries per kthvalue call: it copies its input and makes int64 indices (12 B each)
+
+
+def kth_lowest(scores: Tensor, count: int) -> Tensor:
+    """The ``count``-th smallest value of every row of ``scores`` (a flat tensor: of all of it), keepdim.
+
+    ``torch.kthvalue`` copies its input and allocates an int64 index per entry (12 bytes an entry beside the
+    scores: 516 MiB for an 11008 × 4096 linear), so rows go through it in chunks of at most
+    :data:`ROW_CHUNK_ELEMENTS` entries; a flat tensor is bracketed by a sample first and selected within the
+    band (:func:`~toolkit.methods.thanos_update.kth_smallest`). Both give exactly ``kthvalue``'s value.
+    """
+    if scores.dim() == 1:
+        return kth_smallest(scores, count).reshape(1)
+    rows = scores.reshape(-1, scores.shape[-1])
+    step = max(1, ROW_CHUNK_ELEMENTS // rows.shape[1])
+    parts = [torch.kthvalue(rows[i : i + step], count, dim=-1, keepdim=True).values
+             for i in range(0, rows.shape[0], step)]
+    return torch.cat(parts).reshape(*scores.shape[:-1], 1)
 
 
 def drop_lowest(scores: Tensor, count: int) -> Tensor:
     """Bool mask (same shape) marking exactly ``count`` lowest entries of every row of ``scores``.
 
-    The threshold is the ``count``-th smallest value (``kthvalue``, several times faster than a
-    top-k of half the row); ties at the threshold are taken left to right until the count is met.
+    The threshold is the ``count``-th smallest value (:func:`kth_lowest`, linear time, never a sort); ties
+    at the threshold are taken left to right until the count is met (what a stable sort would drop).
     """
     if count <= 0:
         return torch.zeros_like(scores, dtype=torch.bool)
     if count >= scores.shape[-1]:
         return torch.ones_like(scores, dtype=torch.bool)
-    threshold = torch.kthvalue(scores, count, dim=-1, keepdim=True).values
-    drop = scores < threshold
+    threshold = kth_lowest(scores, count)
+    mask = scores < threshold
+    need = count - mask.sum(-1, keepdim=True)
     ties = scores == threshold
-    need = count - drop.sum(-1, keepdim=True)
-    mask = drop | ties  # exact where a row has no more ties at its threshold than it needs (the usual case)
     width = scores.shape[-1]
     rows = (ties.sum(-1, keepdim=True) > need).reshape(-1).nonzero().squeeze(-1)
     if rows.numel():  # the left-most ties only, on the rows that have too many (a 64-bit cumsum of those rows)
-        flat, flat_ties = mask.view(-1, width), ties.reshape(-1, width)[rows]
-        flat[rows] = drop.reshape(-1, width)[rows] | (flat_ties & (flat_ties.cumsum(-1) <= need.reshape(-1, 1)[rows]))
-    return mask
+        flat_ties = ties.view(-1, width)
+        tied = flat_ties[rows]
+        flat_ties[rows] = tied & (tied.cumsum(-1) <= need.reshape(-1, 1)[rows])
+    return mask.logical_or_(ties)  # exact where a row has no more ties at its threshold than it needs (the usual case)
 
 
 def keep_topk_per_row(scores: Tensor, prune_per_row: int) -> Tensor:
     """Keep-mask that drops the ``prune_per_row`` lowest ``scores`` of every row.  Shape (out, in)."""
-    return ~drop_lowest(scores, prune_per_row)
+    return drop_lowest(scores, prune_per_row).logical_not_()
 
 
 def keep_topk_global(scores: Tensor, prune_count: int) -> Tensor:
     """Keep-mask that drops the ``prune_count`` lowest ``scores`` over the whole matrix."""
-    return ~drop_lowest(scores.flatten(), prune_count).view_as(scores)
+    return drop_lowest(scores.flatten(), prune_count).logical_not_().view_as(scores)
 
 
 def keep_nm(scores: Tensor, target: NM) -> Tensor:

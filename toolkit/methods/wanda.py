@@ -23,8 +23,10 @@ class WandaConfig:
 
 
 def wanda_scores(W: Tensor, stats: LinearStats) -> Tensor:
-    """S = |W| ⊙ ‖X_j‖ broadcast over rows; shape (out, in)."""
-    return W.abs() * torch.sqrt(stats.col_sq_norms).unsqueeze(0)
+    """S = |W| ⊙ ‖X_j‖ broadcast over rows; shape (out, in) (one (out, in) tensor allocated, not two)."""
+    norms = torch.sqrt(stats.col_sq_norms).unsqueeze(0)
+    scores = W.abs()
+    return scores.mul_(norms) if torch.result_type(scores, norms) == scores.dtype else scores * norms
 
 
 def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: WandaConfig, ctx: SolveContext) -> PruneResult:

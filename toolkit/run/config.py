@@ -162,7 +162,7 @@ class RunConfig:
                                "units of a layer: drop --permute or use a linear-scope method")
 
     def _check_stream(self, spec: Any) -> None:
-        """--stream: a local checkpoint folder, a linear-scope method, no quantization, nothing evaluated."""
+        """--stream: a local checkpoint folder, a linear-scope method, no quantization, perplexity only."""
         if not self.stream:
             return
         if self.model.endswith(".gguf") or not Path(self.model).expanduser().is_dir():
@@ -175,9 +175,9 @@ class RunConfig:
             raise ToolkitError("--stream writes a dense checkpoint; quantize in memory (drop --stream)")
         if self.distributed:
             raise ToolkitError("--stream and --distributed exclude each other")
-        if self.eval_data or self.tasks or self.generate or self.eval_dense:
-            raise ToolkitError("--stream never holds the whole model, so it evaluates nothing: give --eval none, then "
-                               "evaluate the saved checkpoint with `python -m toolkit eval --model RUN_DIR/model`")
+        if self.tasks or self.generate:
+            raise ToolkitError("--stream evaluates perplexity layer by layer; zero-shot tasks and generations need the "
+                               "whole model: drop --tasks/--generate, then run them on RUN_DIR/model in memory")
         object.__setattr__(self, "save_model", True)  # the streamed layers exist only in the written checkpoint
 
     def _check_distributed(self, spec: Any, several_devices: bool) -> None:

@@ -17,6 +17,7 @@ from toolkit.engine.parallel import resolve_devices
 from toolkit.engine.prune import check_targets, prune_layers
 from toolkit.engine.state import EngineConfig
 from toolkit.engine.stream import check_streamable, prune_streaming
+from toolkit.engine.stream_eval import streamed_perplexity
 from toolkit.errors import MachineFailure, RunCancelled, ToolkitError
 from toolkit.evaluation.perplexity import perplexity
 from toolkit.evaluation.tasks import TaskSpec, resolve_tasks
@@ -253,7 +254,8 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
     dataset = config.eval_data  # run.test exists only when an evaluation dataset was asked for
     if run.test is not None and dataset:
         ppl[dataset] = _eval(run.loaded, run.test, run.device, ticks.callback("pruned", "perplexity"),
-                             ticks.cancelled)
+                             ticks.cancelled, None if run.streamed is None else
+                             open_streamed(writer.path / "model", dtype=config.dtype))
         record(EvalPoint(dataset=dataset, which="pruned", ppl=ppl[dataset],
                          seq_len=config.eval_seqlen, windows=int(run.test.shape[0]), tokens=int(run.test.numel())))
     extras, cancel = _pruned_extras(config, run, record, ticks, dense)
@@ -307,7 +309,9 @@ def stored_quant(state: QuantState) -> StoredQuant:
 
 
 def _eval(loaded: LoadedModel, windows: torch.Tensor, device: torch.device, progress: Callable[[int, int], None],
-          cancelled: Callable[[], bool]) -> float:
+          cancelled: Callable[[], bool], streamed: StreamedModel | None = None) -> float:
+    if streamed is not None:  # --stream: the checkpoint's decoder layers are read from its shards one at a time
+        return streamed_perplexity(streamed, windows, device, progress=progress, cancelled=cancelled)
     return perplexity(loaded.model, windows, device, progress=progress, cancelled=cancelled)
 
 
@@ -369,7 +373,8 @@ def _dense_eval(config: RunConfig, run: Prepared, record: Callable[[Event], None
     value = cached_dense_ppl(key)
     cached = value is not None
     if value is None:
-        value = _eval(run.loaded, test, run.device, ticks.callback("dense", "perplexity"), ticks.cancelled)
+        value = _eval(run.loaded, test, run.device, ticks.callback("dense", "perplexity"), ticks.cancelled,
+                      run.streamed)
         store_dense_ppl(key, value)
     record(EvalPoint(dataset=dataset, which="dense", ppl=value, seq_len=config.eval_seqlen,
                      windows=int(test.shape[0]), tokens=int(test.numel()), cached=cached))
