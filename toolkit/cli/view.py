@@ -161,6 +161,8 @@ def summary(result: dict[str, Any], not_saved: str = "") -> None:
           f"estimated {acct['estimated_bytes'] / 2**20:.2f} MiB{on_disk}")
     if result.get("bought"):
         print(bought_line(result["bought"]))
+    if result.get("zero_pattern"):  # a quantizer on a pruned input: its zeros kept, or how far they broke
+        print(result["zero_pattern"]["message"])
     checkpoint_summary(result.get("checkpoint"))
     precision_summary(result)
     for line in plan_lines(result):

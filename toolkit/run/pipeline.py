@@ -48,6 +48,7 @@ from toolkit.run.outcome import failure_error, failure_message, kept_message, st
 from toolkit.run.preflight import check_writable_dir
 from toolkit.run.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl
 from toolkit.run.record import result_record
+from toolkit.run.zero_pattern import input_zeros, zero_pattern
 from toolkit.runtime.devices import resolve_device
 from toolkit.runtime.placement import storage_dtype
 from toolkit.runtime.precision import DTYPE_NAMES
@@ -218,6 +219,7 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
     devices = used_devices(run.device, run.engine_cfg, config.propagate or run.spec.propagate)
     reset_gpu_peak(devices)
     collected = StateCollector() if config.save_model and config.quant is not None else None
+    zeros = input_zeros(model) if config.quant is not None and run.streamed is None else None  # a pruned input's
 
     def on_mask(layer: int, name: str, keep: torch.Tensor) -> None:
         writer.mask(layer, name, keep.numpy())
@@ -248,7 +250,8 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
     summary.update(dense_ppl_cached=dense_cached, run_id=writer.run_id, run_dir=str(writer.path), checkpoint=checkpoint,
                    gpu_peak_mb=peak, bought=bought(price, model, run.device, accounting, checkpoint,
                                                    quantized=config.quant is not None),
-                   devices=devices_label(run.device, run.engine_cfg, config.propagate or run.spec.propagate))
+                   devices=devices_label(run.device, run.engine_cfg, config.propagate or run.spec.propagate),
+                   zero_pattern=zero_pattern(model, zeros, run.spec.name))
     writer.write_result(summary)
     stage.name = "evaluation"
     dataset = config.eval_data  # run.test exists only when an evaluation dataset was asked for
