@@ -13,6 +13,7 @@ and on a shared 2-core machine its 210-window evaluation costs as much as the ru
 from __future__ import annotations
 
 import argparse
+from typing import Any, cast
 
 from benchmarks.bench_prune import parse_run, split_spec
 from benchmarks.host_clock import Clock
@@ -32,7 +33,8 @@ def main() -> None:
     for spec in args.runs:
         method, sparsity, options = parse_run(spec)
         fields = split_spec(sparsity, options)
-        config = RunConfig(model=args.model, method=method, **fields, options=options, nsamples=32, seqlen=512,
+        spec_fields = cast(dict[str, Any], fields)  # text, parsed by RunConfig
+        config = RunConfig(model=args.model, method=method, **spec_fields, options=options, nsamples=32, seqlen=512,
                            seed=0, eval_seqlen=512, eval_windows=args.eval_windows, eval_data="wiki",
                            eval_dense=False, out_dir=args.out)
         start = Clock.now()
