@@ -5,6 +5,8 @@
 - :func:`run`: an event generator (the engine runs in a worker thread so solver events arrive
   live); closing the generator cancels the run.
 - :func:`prune_model`: the same run, drained, with an ``on_event`` callback; returns the result.
+- :func:`follow`: the same run's events passed on, returning how it ended (:class:`RunOutcome`): the
+  one follower of the Lesson and the sweep.
 - :func:`recover_model`: a recovery fine-tune of a saved run that keeps its masks (a new, linked run).
 - :func:`list_methods`, :func:`list_runs`, :func:`open_run`: registry and run store for the UIs;
   :func:`device_slot`: which physical device a job waits for.
@@ -14,13 +16,14 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.data.text import check_text_source
 from toolkit.errors import RunCancelled, ToolkitError
-from toolkit.events import Event
+from toolkit.events import Event, RunFailed, RunFinished, RunStarted
 from toolkit.methods import METHODS
 from toolkit.models.sources import check_model_source
 from toolkit.run.config import CancelToken, RunConfig
@@ -33,8 +36,8 @@ if TYPE_CHECKING:
     from toolkit.models.load import LoadedModel
 
 __all__ = [
-    "CancelToken", "RunConfig", "evaluate_model", "find_finished", "list_methods", "list_runs", "open_run",
-    "prune_model", "recover_model", "run",
+    "CancelToken", "RunConfig", "RunOutcome", "evaluate_model", "find_finished", "follow", "list_methods", "list_runs",
+    "open_run", "prune_model", "recover_model", "run",
 ]
 
 
@@ -133,6 +136,56 @@ def run(config: RunConfig, cancel: CancelToken | None = None) -> Iterator[Event]
             thread.join()
         failure.clear()  # the exception's frames hold the run's model (a cycle through this list otherwise)
         release_memory()  # the run's model, activations and solver state back to the system
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How one run followed by :func:`follow` ended: its first and last events, or the refusal before it started."""
+
+    started: RunStarted | None = None
+    finished: RunFinished | None = None
+    failed: RunFailed | None = None
+    refused: str = ""  # the ToolkitError's line when the run was refused before it started
+
+    @property
+    def run_id(self) -> str:
+        """The run's folder name ("" when it never started)."""
+        return self.started.run_id if self.started is not None else ""
+
+    @property
+    def status(self) -> str:
+        """``finished`` | ``cancelled`` | ``failed``."""
+        if self.finished is not None:
+            return "finished"
+        return "cancelled" if self.failed is not None and self.failed.cancelled else "failed"
+
+    @property
+    def error(self) -> str:
+        """Why the run did not finish ("" when it did)."""
+        if self.finished is not None:
+            return ""
+        return self.refused or (self.failed.error if self.failed is not None else "the run ended without a result")
+
+
+def follow(config: RunConfig, cancel: CancelToken) -> Generator[Event, None, RunOutcome]:
+    """Yield :func:`run`'s events and return (via StopIteration) how the run ended.
+
+    The run's generator is always drained: closing it early would cancel the shared token. A
+    :class:`ToolkitError` raised before the run started becomes :attr:`RunOutcome.refused`.
+    """
+    started = finished = failed = None
+    try:
+        for event in run(config, cancel):
+            yield event
+            if isinstance(event, RunStarted):
+                started = event
+            elif isinstance(event, RunFinished):
+                finished = event
+            elif isinstance(event, RunFailed):
+                failed = event
+    except ToolkitError as exc:
+        return RunOutcome(refused=str(exc))
+    return RunOutcome(started, finished, failed)
 
 
 def evaluate_model(

@@ -14,14 +14,14 @@ import itertools
 import math
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
-from toolkit.api import CancelToken, RunConfig, find_finished, open_run, run
+from toolkit.api import CancelToken, RunConfig, find_finished, follow, open_run
 from toolkit.errors import ToolkitError
-from toolkit.events import Event, RunFailed, RunFinished, RunStarted
+from toolkit.events import Event
 from toolkit.methods import get_method
 from toolkit.spec.allocation import UNIFORM, Allocation, parse_allocation
 from toolkit.spec.compression import QuantSpec, parse_quant, target_kind
@@ -177,33 +177,21 @@ def run_sweep(configs: Sequence[RunConfig], cancel: CancelToken | None = None) -
             return
 
 
-def _run_one(config: RunConfig, cancel: CancelToken) -> Iterator[Event]:
-    """Drive one run to its end, yielding its events; returns (via StopIteration) its SweepPoint.
-
-    The run's generator is always drained: closing it early would cancel the shared token.
-    """
-    run_id, finished, failed, ran = "", None, None, None
-    try:
-        for event in run(config, cancel):
-            yield event
-            if isinstance(event, RunStarted):
-                run_id, ran = event.run_id, event.compression
-            elif isinstance(event, RunFinished):
-                finished = event
-            elif isinstance(event, RunFailed):
-                failed = event
-    except ToolkitError as exc:
-        return SweepPoint(method=config.method, **_labels(config), status="failed", error=str(exc))
+def _run_one(config: RunConfig, cancel: CancelToken) -> Generator[Event, None, SweepPoint]:
+    """Drive one run to its end, yielding its events; returns (via StopIteration) its SweepPoint."""
+    outcome = yield from follow(config, cancel)
+    finished, ran = outcome.finished, outcome.started.compression if outcome.started is not None else None
     if finished is not None:
         data = config.eval_data or ""
-        stored = open_run(Path(config.out_dir) / run_id).result if config.tasks else None
+        stored = open_run(Path(config.out_dir) / outcome.run_id).result if config.tasks else None
         return SweepPoint(method=config.method, **_labels(config, ran), achieved_sparsity=finished.achieved_sparsity,
                           ppl=_num(finished.ppl.get(data)), dense_ppl=_num(finished.dense_ppl.get(data)),
-                          **mean_accuracy(stored or {}), prune_seconds=finished.prune_seconds, run_id=run_id,
+                          **mean_accuracy(stored or {}), prune_seconds=finished.prune_seconds, run_id=outcome.run_id,
                           bits_per_weight=_num(finished.bits_per_weight))
-    status = "cancelled" if failed is not None and failed.cancelled else "failed"
-    return SweepPoint(method=config.method, **_labels(config), status=status, run_id=run_id,
-                      error=failed.error if failed is not None else "the run ended without a result")
+    if outcome.refused:
+        return SweepPoint(method=config.method, **_labels(config), status="failed", error=outcome.refused)
+    return SweepPoint(method=config.method, **_labels(config), status=outcome.status, run_id=outcome.run_id,
+                      error=outcome.error)
 
 
 def dense_reference(points: Sequence[SweepPoint], field: str = "dense_ppl") -> float | None:

@@ -18,13 +18,12 @@ It goes through :mod:`toolkit.api` only, as the app does.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from toolkit.api import CancelToken, RunConfig, list_runs, run
-from toolkit.errors import ToolkitError
+from toolkit.api import CancelToken, RunConfig, follow, list_runs
 from toolkit.evaluation.generate import DEFAULT_PROMPTS
-from toolkit.events import Event, RunFailed, RunFinished, RunStarted
+from toolkit.events import Event
 from toolkit.run.protocols import CLASS
 from toolkit.spec.targets import Unstructured
 from toolkit.store.runs import RunRecord
@@ -187,21 +186,10 @@ def run_lesson(plan: LessonPlan, cancel: CancelToken | None = None) -> Iterator[
             return
 
 
-def _one(config: RunConfig, token: CancelToken) -> Iterator[Event]:
+def _one(config: RunConfig, token: CancelToken) -> Generator[Event, None, LessonPoint]:
     """Drive one run to its end, yielding its events; returns (StopIteration) its :class:`LessonPoint`."""
-    run_id, status, error = "", "failed", "the run ended without a result"
-    try:
-        for event in run(config, token):
-            yield event
-            if isinstance(event, RunStarted):
-                run_id = event.run_id
-            elif isinstance(event, RunFinished):
-                status, error = "finished", ""
-            elif isinstance(event, RunFailed):
-                status, error = ("cancelled" if event.cancelled else "failed"), event.error
-    except ToolkitError as exc:
-        return LessonPoint(config.method, "failed", error=str(exc))
-    return LessonPoint(config.method, status, run_id, error)
+    outcome = yield from follow(config, token)
+    return LessonPoint(config.method, outcome.status, outcome.run_id, outcome.error)
 
 
 def wall_clock() -> float:
