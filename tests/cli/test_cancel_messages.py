@@ -61,7 +61,7 @@ def test_sigterm_to_runs_says_nothing_was_recorded(tmp_path: Path, monkeypatch: 
         os.kill(os.getpid(), signal.SIGTERM)  # main() turned SIGTERM into KeyboardInterrupt, raised here
         return []
 
-    monkeypatch.setattr("toolkit.api.list_runs", terminated)
+    monkeypatch.setattr("toolkit.store.runs.list_runs", terminated)
     assert main(["runs", "--out", str(tmp_path)]) == 130
     assert _said(capsys) == [NOTHING]
 
