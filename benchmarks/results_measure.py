@@ -35,8 +35,11 @@ harness the runs use too).
   loader, resets its peak resident memory (Linux `/proc/self/clear_refs`), loads the model in its own
   dtype with `toolkit.load_model` and reports its peak resident memory minus the memory before. The
   mapped safetensors pages the load touched, the model's code imported on first use and the
-  tokenizer count too, alike for both models. On CUDA the device memory the weights take when moved
-  there is reported as well (`torch.cuda.max_memory_allocated`).
+  tokenizer count too, alike for both models. transformers may map the safetensors file rather than
+  copy it, so a weight's pages become resident when it is first used: the second figure is the same
+  peak after one forward pass of 8 tokens (every weight read once), the memory to load and run the
+  model. On CUDA the device memory the weights take when moved there is reported as well
+  (`torch.cuda.max_memory_allocated`).
 - **Speed**: both models loaded in one process, in their own dtype, on one device. One pass at batch B:
   a P-token prompt (the fixed comparison prompts of `toolkit/evaluation/generate.py`, tokenized and
   repeated to P tokens) in B rows runs once with the KV cache on (**prefill** tokens/s = B·P / its
@@ -106,7 +109,9 @@ def _section(record: dict[str, Any]) -> list[str]:
              _row("parameters", model["params"], dense["params"], "{:,}"),
              _row("safetensors on disk (MiB)", _mib(model["bytes_on_disk"]), _mib(dense["bytes_on_disk"]), "{:.1f}"),
              _row("peak host memory to load (MiB)", model["load"]["host_peak_mb"], dense["load"]["host_peak_mb"],
-                  "{:.0f}")]
+                  "{:.0f}"),
+             _row("… to load and run one forward (MiB)", model["load"].get("host_ready_mb"),
+                  dense["load"].get("host_ready_mb"), "{:.0f}")]
     for b, batch in enumerate(record["batches"]):
         for kind in ("prefill", "decode"):
             key = f"{kind}_tokens_per_s"

@@ -16,7 +16,7 @@ from typing import Any
 from toolkit.errors import ToolkitError
 
 ROWS = (("safetensors on disk", "bytes_on_disk"), ("load: host RSS peak", "host_peak_mb"),
-        ("load: device memory", "device_mb"))
+        ("load + 1 forward: RSS peak", "host_ready_mb"), ("load: device memory", "device_mb"))
 
 
 def add_measure_command(sub: Any) -> None:

@@ -9,7 +9,10 @@
   PruneLab's loader, then loads the model with :func:`load_model`: its peak resident memory during the
   load minus its resident memory before (Linux ``VmHWM`` reset through ``/proc/self/clear_refs``; the
   mapped safetensors pages the load touched, the model's code imported on first use and the tokenizer
-  count too, alike for both models); None with ``host_note`` saying why where it could not be measured;
+  count too, alike for both models); ``host_ready_mb``, the same peak after one forward pass of
+  :data:`READY_TOKENS` tokens (transformers may map the safetensors file rather than copy it, so the
+  weights' pages become resident when first used: this is the memory to load and run the model);
+  None with ``host_note`` saying why where it could not be measured;
   on CUDA ``device_mb``, the memory allocated to move the model onto the device
   (``torch.cuda.max_memory_allocated`` delta, in this process);
 - ``speed``: :func:`toolkit.evaluation.speed.compare` of both models, repeats interleaved, at each
@@ -41,6 +44,7 @@ CLEAR_REFS = Path("/proc/self/clear_refs")
 CHILD = ("import json, sys\nfrom toolkit.evaluation.footprint import child_load\n"
          "print(json.dumps(child_load(sys.argv[1])))")
 CHILD_SECONDS = 1800  # a large checkpoint on a slow disk
+READY_TOKENS = 8  # tokens of the forward pass after the load (every weight read once)
 
 
 @dataclass(frozen=True)
@@ -174,11 +178,14 @@ def child_load(name: str) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401 - imported before the measurement
 
     before = _reset_peak()
-    load_model(name)
+    loaded = load_model(name)
     peak = _status_kib("VmHWM")
-    if before is None or peak is None:
-        return {"host_peak_mb": None, "host_note": "no /proc/self/clear_refs here (Linux only)"}
-    return {"host_peak_mb": (peak - before) / 1024}
+    with torch.no_grad():
+        loaded.model(input_ids=torch.zeros(1, READY_TOKENS, dtype=torch.long))
+    ready = _status_kib("VmHWM")
+    if before is None or peak is None or ready is None:
+        return {"host_peak_mb": None, "host_ready_mb": None, "host_note": "no /proc/self/clear_refs here (Linux only)"}
+    return {"host_peak_mb": (peak - before) / 1024, "host_ready_mb": (ready - before) / 1024}
 
 
 def _reset_peak() -> int | None:
