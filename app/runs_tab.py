@@ -102,7 +102,7 @@ def runs_table(runs_dir: str) -> dict[str, Any]:
 
 
 SECTIONS: dict[str, tuple[str, ...]] = {  # rows of the replay, each shown only when a panel in it is
-    "errors": ("heatmap", "layers"), "trace": ("solver", "lambda"), "structure": ("ranking", "kept"),
+    "errors": ("heatmap", "layers"), "trace": ("solver", "lambda"), "structure": ("ranking", "kept", "depth"),
     "allocation": ("allocation", "refine"), "recovery": ("loss",)}
 PANELS = tuple(name for names in SECTIONS.values() for name in names)
 GONE = "its files were deleted"
@@ -257,7 +257,8 @@ def _layout(gr: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
     sections: dict[str, Any] = {}
     notes: dict[Plot, Any] = {}
     explained = {"heatmap": Plot.HEATMAP, "layers": Plot.LAYERS, "solver": Plot.CONVERGENCE, "lambda": Plot.LAMBDA,
-                 "ranking": Plot.RANKING, "kept": Plot.KEPT, "allocation": Plot.ALLOCATION, "refine": Plot.REFINE,
+                 "ranking": Plot.RANKING, "kept": Plot.KEPT, "depth": Plot.DEPTH, "allocation": Plot.ALLOCATION,
+                 "refine": Plot.REFINE,
                  "loss": Plot.RECOVERY}
     trace = None
     for section, names in SECTIONS.items():

@@ -17,6 +17,7 @@ from typing import Any
 
 from toolkit.figures import admm as viz_admm
 from toolkit.figures import allocation as viz_allocation
+from toolkit.figures import depth as viz_depth
 from toolkit.figures import quant as viz_quant
 from toolkit.figures import run as viz
 from toolkit.figures import structure as viz_structure
@@ -77,7 +78,7 @@ def _lambda_traced(view: RunView) -> bool:
             or viz_admm.has_admm_trace(view.solver.steps))
 
 
-STRUCTURE_ROW = "structure"  # heads and channels a block-scope run removed (the widgets show it for those runs only)
+STRUCTURE_ROW = "structure"  # heads, channels or layers a block-scope run removed (widgets: those runs only)
 ALLOCATION_ROW = "allocation"  # each layer's sparsity (uniform, OWL, a ratio file) and DSnoT's refinement
 # The solver panels sit in the heat-map's row, after it: a FISTAPruner run shows heat-map, convergence and λ
 # side by side (the layer error wraps below them); without a solver trace they are hidden and the layer error
@@ -105,6 +106,9 @@ RUN_FIGURES: dict[str, RunFigure] = {f.name: f for f in (
     RunFigure("kept", lambda view, key: viz_structure.kept_map_figure(view.structure.kept, revision=key),
               row=STRUCTURE_ROW, explained_by="kept", hidden_until_drawn=True,
               drawn=lambda view: bool(view.structure.kept)),
+    RunFigure("depth", lambda view, key: viz_depth.depth_figure(view.structure.depth, revision=key),
+              row=STRUCTURE_ROW, explained_by="depth", hidden_until_drawn=True,
+              drawn=lambda view: view.structure.depth is not None),
 )}
 FIGURES = tuple(RUN_FIGURES)
 ROWS: dict[str, tuple[str, ...]] = {row: tuple(f.name for f in RUN_FIGURES.values() if f.row == row)

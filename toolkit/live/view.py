@@ -68,7 +68,7 @@ class RunView:
     """Everything a live dashboard draws, as plain data.
 
     ``revision`` counts folded events per section ("heatmap", "layers", "solver", "lambda",
-    "ranking", "kept", "allocation", "refine", "warnings", "result") so a UI can skip re-sending
+    "ranking", "kept", "depth", "allocation", "refine", "warnings", "result") so a UI can skip re-sending
     figures that did not change.
     """
 
@@ -207,7 +207,7 @@ def _on_started(view: RunView, event: RunStarted, now: float) -> None:
     fresh.model_label = str(fresh.protocol.get("model_label", event.model))
     fresh.revision = dict(view.revision)
     view.__dict__.update(fresh.__dict__)
-    view._bump("heatmap", "layers", "solver", "lambda", "ranking", "kept", "warnings", "result", "progress",
+    view._bump("heatmap", "layers", "solver", "lambda", "ranking", "kept", "depth", "warnings", "result", "progress",
                "generations")
 
 

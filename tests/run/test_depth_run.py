@@ -1,0 +1,63 @@
+"""A depth run end to end on tiny-llama: the shorter checkpoint, its ``bought`` record, its reload and its replay."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from app import runs_tab
+from toolkit.cli.main import main
+from toolkit.events import DepthScored
+from toolkit.models.layers import decoder_layers
+from toolkit.store.runs import list_runs
+
+TINY = ["--model", "tiny-llama", "--nsamples", "4", "--seqlen", "64", "--eval-seqlen", "64", "--eval-windows", "3"]
+
+
+@pytest.fixture(scope="module")
+def depth_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    root = tmp_path_factory.mktemp("depth")
+    code = main(["prune", *TINY, "--method", "depth", "--sparsity", "structured:1 layer", "--save-model",
+                 "--out", str(root / "runs"), "--json", str(root / "r.json")])
+    assert code == 0
+    return json.loads((root / "r.json").read_text()), root
+
+
+def test_the_saved_model_is_one_layer_shorter_and_bought_says_shrunk(depth_run: tuple[dict, Path]) -> None:
+    from transformers import AutoModelForCausalLM
+
+    result, _ = depth_run
+    bought = result["bought"]
+    assert bought["stored_as"] == "shrunk" and bought["params_after"] * 2 == bought["params_before"]
+    assert bought["bytes_measured"] and bought["smaller_as_saved"] and bought["bytes_stored"] < bought["bytes_dense"]
+    assert result["achieved_sparsity"] == pytest.approx(0.5) and result["compression"]["unit"] is None
+    assert result["compression"]["sparsity"]["layers"] == 1
+    folder = Path(result["run_dir"]) / "model"
+    assert not (folder / "prunelab_structure.json").exists()  # a standard checkpoint
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert len(decoder_layers(model)) == 1 and model.config.num_hidden_layers == 1
+    assert model.dtype == torch.float32  # the source's dtype
+
+
+def test_the_reloaded_model_scores_the_reported_perplexity(depth_run: tuple[dict, Path]) -> None:
+    result, root = depth_run
+    folder = Path(result["run_dir"]) / "model"
+    assert main(["eval", "--model", str(folder), "--seqlen", "64", "--windows", "3",
+                 "--json", str(root / "eval.json")]) == 0
+    again = json.loads((root / "eval.json").read_text())
+    assert again["ppl"]["wiki"] == pytest.approx(result["ppl"]["wiki"], rel=1e-5)
+
+
+def test_the_replay_draws_the_layer_scores(depth_run: tuple[dict, Path]) -> None:
+    _, root = depth_run
+    (record,) = list_runs(root / "runs")
+    (scored,) = [e for e in record.events() if isinstance(e, DepthScored)]
+    assert scored.num_layers == 2 and len(scored.removed) == 1
+    assert record.structure()[0]["removed_layers"] == scored.removed
+    view = runs_tab.replay_view(record.run_id, str(root / "runs"))
+    assert view["visible"]["depth"] and not view["visible"]["ranking"]
+    bars = {trace.name: list(trace.x) for trace in view["depth"].data}
+    assert bars["removed layer"] == scored.removed
