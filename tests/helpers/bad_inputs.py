@@ -156,6 +156,9 @@ CLI_CASES = [
              "not a run folder"),
     BadInput("eval-nothing-to-do", "eval with --data none and no --tasks",
              ("eval", "--model", "no-such-model", "--data", "none"), 2, "--data none leaves nothing to evaluate"),
+    BadInput("prune-gptq-keep-zeros", "a keep_zeros for GPTQ that is not auto, on or off",
+             (*PRUNE, "--method", "gptq", "--quant", "int4", "--set", "keep_zeros=yes"), 2,
+             "keep_zeros of gptq must be one of"),
 ]
 
 CASES: list[BadInput] = [*STORE_CASES, *CLI_CASES]
