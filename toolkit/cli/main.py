@@ -54,13 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="smollm2-135m", help="smollm2-135m | tiny-llama | DIR | FILE.gguf | HF id")
     p.add_argument("--method", default="wanda", help="see `python -m toolkit methods`")
     p.add_argument("--sparsity", default=None,
-                   help="50%%, 0.5, 2:4, 4:8, structured:30%%, or none (default: 50%% unless --quant is given)")
+                   help="50%%, 0.5, 2:4, 4:8, structured:30%%, 'structured:4 layers' (--method depth), or none "
+                   "(default: 50%% unless --quant is given)")
     p.add_argument("--quant", default=None, help="weight quantization: int8, int4, int3, int2, optionally with a "
                    "group size (int4:g128, the default; g0 = one group per row) and :sym (quantizing methods only)")
     p.add_argument("--permute", action="store_true", help="n:m: permute each linear's inputs so the important ones "
                    "spread over the m-groups (RIA's channel permutation; docs/methods/ria.md)")
     p.add_argument("--unit", default=None, help="structural unit a block-scope method removes: heads | channels | "
-                   "heads+channels (needs --sparsity structured:P%%)")
+                   "heads+channels | layers (depth) (needs --sparsity structured:P%%)")
     p.add_argument("--calib", default="wiki", help="wiki | wikitext2 | c4 | ptb | FILE.txt")
     add_protocol_args(p)
     p.add_argument("--seed", type=int, default=0)
