@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -118,3 +119,24 @@ def test_runs_from_the_shell_over_the_hostile_store(tmp_path: Path) -> None:
     assert all(f"{good.name}" in out for good in goods)
     assert "status.json nested deeper than 64 levels" in out and "status.json is not a regular file" in out
     assert "red\\r\\x07" in out and named.name not in out  # the name shown escaped, never raw
+
+
+def test_a_deep_event_line_is_a_warning_not_a_crash(tmp_path: Path) -> None:
+    run = write_run(tmp_path, CONFIG, seed=0)
+    first, rest = (run / "events.jsonl").read_text(encoding="utf-8").split("\n", 1)
+    (run / "events.jsonl").write_text(f"{first}\n{'[' * 100_000}{']' * 100_000}\n{rest}", encoding="utf-8")
+    record = open_run(run)
+    assert record.status == "finished"  # the last event is still RunFinished
+    warnings = [e.message for e in record.events() if type(e).__name__ == "RunWarning"]
+    assert "events.jsonl line 2 unreadable: the line nested deeper than 64 levels" in warnings
+
+
+def test_the_runs_tab_shows_a_hostile_name_as_text(tmp_path: Path) -> None:
+    """A folder name with markdown, HTML and an escape sequence is shown escaped in the replay's status line."""
+    run = write_run(tmp_path, CONFIG, seed=0)
+    name = f"{run.name}-`**b**<img src=x>`\x1b[2J"
+    run.rename(run.with_name(name))
+    (tmp_path / name / "events.jsonl").unlink()
+    status = runs_tab.replay_view(name, str(tmp_path))["status"]
+    assert "\x1b" not in status and re.search(r"(?<!\\)[<`]", status) is None and "**b**" not in status
+    assert "\\`\\*\\*b\\*\\*\\<img src=x\\>\\`\\\\x1b\\[2J" in status

@@ -174,6 +174,6 @@ def json_lines(raw: bytes) -> list[tuple[int, Any, str]]:
     parsed = []
     for number, line in enumerate(raw.splitlines(), 1):
         if line.strip():
-            data, why = parse_json(line, f"line {number}")
+            data, why = parse_json(line, "the line")
             parsed.append((number, data, why))
     return parsed
