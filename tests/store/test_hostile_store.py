@@ -25,6 +25,7 @@ from app import runs_tab
 from tests.helpers.hostile_store import CONFIG, DAMAGE, escape_named_run, make_deep, make_fifo
 from tests.helpers.synthetic_runs import write_run
 from toolkit.cli.main import main
+from toolkit.events import RunWarning
 from toolkit.store.runs import find_finished, last_stamp, list_runs, open_run
 
 LIMIT_S = 60  # far above the milliseconds a listing takes: only a hang reaches it
@@ -127,7 +128,7 @@ def test_a_deep_event_line_is_a_warning_not_a_crash(tmp_path: Path) -> None:
     (run / "events.jsonl").write_text(f"{first}\n{'[' * 100_000}{']' * 100_000}\n{rest}", encoding="utf-8")
     record = open_run(run)
     assert record.status == "finished"  # the last event is still RunFinished
-    warnings = [e.message for e in record.events() if type(e).__name__ == "RunWarning"]
+    warnings = [e.message for e in record.events() if isinstance(e, RunWarning)]
     assert "events.jsonl line 2 unreadable: the line nested deeper than 64 levels" in warnings
 
 
