@@ -28,15 +28,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from toolkit.methods.awp_projection import Iterate, Projector
-
-if TYPE_CHECKING:
-    from toolkit.methods.awp_solver import Quadratic
 
 STEPS = ("paper", "spectral", "backtracking")
 STOPS = ("fixed", "gradient")
@@ -59,6 +56,18 @@ def spectral_norm(C: Tensor, iters: int) -> float:
             return 0.0
         v = w / norm
     return max(float(torch.dot(v, C @ v)), 0.0)
+
+
+class Quadratic(Protocol):
+    """What a step needs of the problem (:class:`toolkit.methods.awp_solver.Quadratic`)."""
+
+    def residual(self, theta: Tensor) -> tuple[Tensor, float]:
+        """(G, relative error) at Θ."""
+        ...
+
+    def loss(self, objective: float) -> float:
+        """The loss f from the relative error."""
+        ...
 
 
 @dataclass
