@@ -31,11 +31,14 @@ def _quick(records: list[Record]) -> dict[str, Record]:
 
 
 def _cpu(records: list[Record]) -> dict[str, Record]:
-    found = {}
+    """The CPU protocol's run of each name; where a name was measured more than once, the newest run."""
+    found: dict[str, Record] = {}
     for r in records:
         evaluation = (r.get("protocol") or {}).get("evaluation") or {}
         if r.get("benchmark") == "prune" and r.get("propagate") == "pruned" and evaluation.get("all_windows"):
-            found[r["run"]] = r
+            older = found.get(r["run"])
+            if older is None or Path(str(r.get("run_dir", ""))).name >= Path(str(older.get("run_dir", ""))).name:
+                found[r["run"]] = r
     return found
 
 

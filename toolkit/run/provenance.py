@@ -13,6 +13,7 @@ file therefore measures again instead of reusing a stale number.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import platform
@@ -32,18 +33,28 @@ if TYPE_CHECKING:
 _EDGE = 2**20  # bytes hashed at each end of a weights file
 
 
-def versions() -> dict[str, str]:
-    """Torch / transformers / python versions and the git hash of the checkout (if any)."""
-    import torch
-    import transformers
+@functools.cache
+def git_head() -> str:
+    """The checkout's short git hash at the first call in this process ("" outside a checkout).
 
+    Cached: the code a process runs is the code it imported, so a commit made while a long run goes
+    on must not rename it. Runs ask once before their model loads (:func:`toolkit.run.pipeline.prepare`).
+    """
     try:
-        git = subprocess.run(
+        return subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
             cwd=Path(__file__).parent, check=False,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        git = ""
+        return ""
+
+
+def versions() -> dict[str, str]:
+    """Torch / transformers / python versions and the git hash of the checkout (if any, see :func:`git_head`)."""
+    import torch
+    import transformers
+
+    git = git_head()
     return {
         "torch": torch.__version__,
         "transformers": transformers.__version__,
