@@ -75,7 +75,7 @@ BAD_TOTAL_ON_THE_PAGE = BAD_TOTAL.replace("--sparsity is 0.6000", '"Sparsity (%)
     ({"method": "flap", "pattern": "structured", "percent": 20, "allocation": choose(choice="OWL")},
      'flap plans its own per-layer removal: drop "Layer allocation"'),
     ({"method": "rtn", "pattern": "none", "quant": "int4", "allocation": choose(choice="OWL")},
-     "there is no sparsity (quantize only)"),
+     'rtn quantizes only and prunes nothing: drop "Layer allocation"'),
     ({"percent": 60, "allocation": choose(choice="custom", table=[[0, 0.78, 36864], [1, 0.62, 36864]])},
      BAD_TOTAL_ON_THE_PAGE),
     ({"allocation": choose(choice="custom", table=[])}, "the custom ratios table is empty"),

@@ -57,3 +57,30 @@ def test_data_none_skips_it_and_nothing_to_do_is_refused(capsys: pytest.CaptureF
     assert main(["eval", "--model", "tiny-llama", "--data", "none", "--tasks", "rte", "--limit", "1",
                  "--task-data", "local"]) == 0
     assert capsys.readouterr().out.startswith("perplexity skipped (--data none)\n")
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--tasks", "rte", "--windows", "2", "--seqlen", "64"],
+     "--seqlen and --windows apply to the perplexity, but with --tasks the perplexity is scored only when --data "
+     "is given: give --data wiki (or a text) to score it, or drop --seqlen and --windows"),
+    (["--tasks", "rte", "--seqlen", "64"], "--seqlen applies to the perplexity, but with --tasks"),
+    (["--tasks", "rte", "--encoding", "latin-1"], "--encoding applies to the perplexity"),
+    (["--tasks", "rte", "--data", "none", "--windows", "2"], "--windows applies to the perplexity, but --data none "
+                                                             "skips the perplexity"),
+    (["--task-data", "local"], "--task-data chooses where the zero-shot tasks come from: give --tasks too"),
+    (["--limit", "3"], "--limit counts examples per zero-shot task: give --tasks too"),
+])
+def test_a_flag_that_would_not_apply_is_refused_with_one_line(argv: list[str], words: str,
+                                                             capsys: pytest.CaptureFixture,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import toolkit.models.load as load_module
+
+    monkeypatch.setattr(load_module, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    assert main(["eval", "--model", "tiny-llama", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err
+
+
+def test_the_default_window_is_512_when_seqlen_is_not_given(capsys: pytest.CaptureFixture) -> None:
+    assert main(["eval", "--model", "tiny-llama", "--windows", "1"]) == 0
+    assert "ppl (wiki, seqlen 512, 1 windows, 512 tokens)" in capsys.readouterr().out

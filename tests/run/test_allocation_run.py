@@ -15,7 +15,7 @@ FAST = dict(model="tiny-llama", nsamples=4, seqlen=32, eval_seqlen=32, eval_wind
 
 @pytest.mark.parametrize(("kwargs", "words"), [
     (dict(method="wanda", sparsity="2:4", allocation="owl"), "2:4 fixes the count"),
-    (dict(method="rtn", sparsity=None, quant="int8", allocation="owl"), "no sparsity"),
+    (dict(method="rtn", sparsity=None, quant="int8", allocation="owl"), "rtn quantizes only and prunes nothing"),
     (dict(method="numerical", sparsity="structured:20%", unit="heads", allocation="owl"), "plans its own"),
     (dict(method="awp", sparsity="50%", refine="dsnot", quant="int8"), "drop --refine or --quant"),
     (dict(method="rtn", sparsity=None, quant="int8", refine="dsnot"), "has none"),

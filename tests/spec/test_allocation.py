@@ -93,3 +93,42 @@ def test_parse_refine() -> None:
     for bad in ("dsnot:0", "dsnot:x", "dsnot:5,-1", "ria", "dsnot:5,0,mlp", "dsnot:5,0,all,1"):
         with pytest.raises(ToolkitError):
             parse_refine(bad)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("owl:inf,0.1", "must be finite"), ("owl:nan,0.1", "must be finite"), ("owl:5,nan", "must be finite"),
+    ("owl:5,inf", "must be finite"), ("owl:-3,0.1", "M must be > 0"), ("owl:5,-0.1", "λ must be in"),
+    ("owl:5,1", "λ must be in"), ("owl:5,1.5", "λ must be in"),
+])
+def test_owl_parameters_are_finite_and_in_range(text: str, words: str) -> None:
+    with pytest.raises(ToolkitError, match=words) as caught:
+        parse_allocation(text)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ('{"layers": [0.5, 1.0]}', "layer 1's ratio 1 is outside \\[0, 1\\)"),
+    ('{"layers": [-0.1, 0.5]}', "layer 0's ratio -0.1 is outside \\[0, 1\\)"),
+    ('{"layers": [NaN, 0.5]}', "layer 0's ratio nan is not a finite number"),
+    ('{"layers": [0.5, Infinity]}', "layer 1's ratio inf is not a finite number"),
+    ('[0.5, -Infinity]', "layer 1's ratio -inf is not a finite number"),
+    ('{"layers": []}', "needs"), ('{"layers": [true]}', "is not a number"),
+])
+def test_a_ratio_file_is_checked_when_it_is_read(content: str, words: str, tmp_path: Path) -> None:
+    path = tmp_path / "ratios.json"
+    path.write_text(content)
+    with pytest.raises(ToolkitError, match=words):
+        parse_allocation(str(path))
+
+
+def test_a_folder_named_json_is_a_folder_not_a_missing_file(tmp_path: Path) -> None:
+    (tmp_path / "x.json").mkdir()
+    with pytest.raises(ToolkitError, match="is a folder, not a file"):
+        parse_allocation(str(tmp_path / "x.json"))
+
+
+def test_a_ratio_file_is_recorded_by_its_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "r.json").write_text("[0.5, 0.5]")
+    monkeypatch.chdir(tmp_path)
+    spec = parse_allocation("r.json")
+    assert spec.path == str(tmp_path / "r.json") and spec.label == str(tmp_path / "r.json")

@@ -2,7 +2,9 @@
 
 Without ``--tasks`` it scores the perplexity (``--data``, default wiki). With ``--tasks`` it scores
 the tasks, and the perplexity only when ``--data`` is given too (one line says it was skipped);
-``--data none`` skips it. Every stage draws a bar: one over the perplexity windows (opened before
+``--data none`` skips it. A flag of a stage that does not run is refused with one line (``--seqlen``,
+``--windows`` or ``--encoding`` when no perplexity is scored, ``--limit`` or ``--task-data`` without
+``--tasks``), never silently ignored. Every stage draws a bar: one over the perplexity windows (opened before
 the first window), one per task. ``--json`` writes ``model``, ``ppl`` (empty when skipped),
 ``protocol`` (the perplexity's; only the model's name and label when skipped) and ``zero_shot``.
 """
@@ -15,8 +17,11 @@ from typing import Any
 
 from toolkit.cli.protocol import parse_windows
 from toolkit.errors import ToolkitError
+from toolkit.evaluation.tasks import AUTO
 
 SKIPPED = "perplexity skipped: give --data wiki to score it too"
+SEQLEN = 512  # tokens per perplexity window when --seqlen is not given
+PERPLEXITY_FLAGS = (("seqlen", "--seqlen"), ("windows", "--windows"), ("encoding", "--encoding"))
 
 
 def perplexity_data(data: str | None, with_tasks: bool) -> str | None:
@@ -30,6 +35,23 @@ def perplexity_data(data: str | None, with_tasks: bool) -> str | None:
     return data
 
 
+def check_applicable(args: argparse.Namespace, data: str | None) -> None:
+    """Refuse a flag that would change nothing: a perplexity flag without a perplexity, a task flag without tasks.
+
+    ``args`` holds None for a flag not given (the parser's defaults for eval); ``data`` is the text the
+    perplexity is scored on (None: no perplexity).
+    """
+    if data is None:
+        given = [flag for name, flag in PERPLEXITY_FLAGS if getattr(args, name, None) is not None]
+        if given:
+            why = "--data none skips the perplexity" if args.data is not None else \
+                "with --tasks the perplexity is scored only when --data is given"
+            raise ToolkitError(f"{' and '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to the perplexity, but "
+                               f"{why}: give --data wiki (or a text) to score it, or drop {' and '.join(given)}")
+    if args.tasks is None and getattr(args, "task_data", None) is not None:
+        raise ToolkitError("--task-data chooses where the zero-shot tasks come from: give --tasks too, or drop it")
+
+
 def eval_command(args: argparse.Namespace) -> int:
     """Check every input, load the model once, score what was asked; returns the exit code."""
     from toolkit.cli.zeroshot import check_zero_shot_args
@@ -39,8 +61,11 @@ def eval_command(args: argparse.Namespace) -> int:
     from toolkit.run.preflight import check_window, check_writable_file
     from toolkit.runtime.devices import resolve_device
 
-    specs = check_zero_shot_args(args.tasks, args.limit, args.task_data)  # before any model loads
+    specs = check_zero_shot_args(args.tasks, args.limit, args.task_data or AUTO)  # before any model loads
     data = perplexity_data(args.data, bool(specs))
+    check_applicable(args, data)
+    args.seqlen = SEQLEN if args.seqlen is None else args.seqlen
+    args.encoding = args.encoding or "utf-8"
     windows = parse_windows(args.windows, "--windows")
     if args.json:
         check_writable_file(args.json)

@@ -112,13 +112,14 @@ def _add_other_commands(sub: Any) -> None:
     e.add_argument("--model", default="smollm2-135m")
     e.add_argument("--data", default=None, help="perplexity text (wiki | wikitext2 | c4 | ptb | FILE.txt), or none "
                    "(default: wiki without --tasks; with --tasks, no perplexity unless given)")
-    e.add_argument("--seqlen", type=int, default=512, help="tokens per perplexity window")
+    e.add_argument("--seqlen", type=int, default=None, help="tokens per perplexity window (default: 512)")
     e.add_argument("--windows", default=None, help="score only the first N windows (default: all)")
     e.add_argument("--encoding", default="utf-8", help="encoding of a --data text file (e.g. latin-1)")
     e.add_argument("--device", default="auto")
     e.add_argument("--dtype", default="auto", choices=STORAGE_DTYPES,
                    help="the dtype the model is loaded and evaluated in (auto: the checkpoint's own)")
     _task_args(e, "--limit", "zero-shot tasks")
+    e.set_defaults(encoding=None, task_data=None)  # eval refuses a flag that would not apply, so it tells given ones
     e.add_argument("--json", default=None, help="write perplexity, protocol and zero_shot to this file")
     # greedy generation (toolkit/evaluation/generate.py)
     g = sub.add_parser("generate", help="greedy (deterministic) text from a model, with tokens/s")
@@ -225,6 +226,7 @@ def _prune(args: argparse.Namespace) -> int:
     from toolkit.cli.protocol import protocol_line, resolve_sizes
     from toolkit.evaluation.tasks import parse_task_names
     from toolkit.methods import get_method
+    from toolkit.run.inputs import check_input_files
     from toolkit.run.preflight import check_writable_file
     from toolkit.runtime.threads import pick_threads
     from toolkit.spec.compression import parse_compression
@@ -251,6 +253,7 @@ def _prune(args: argparse.Namespace) -> int:
         task_data=args.task_data, generate=args.generate, generate_tokens=args.generate_tokens,
         allocation=args.allocation, refine=args.refine,
     )
+    check_input_files(config)  # before the protocol line: an allocation file against the model's layers
     # a quantization whose states no checkpoint format holds (AWQ) is never saved: say why, not "add --save-model"
     unsavable = compression.quant is not None and not get_method(args.method).saves_quant
     not_saved = (f"{args.method} states need their input scale folded into the preceding op, which no checkpoint "

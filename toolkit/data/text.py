@@ -189,7 +189,11 @@ def eval_windows(tokens: Tensor, seq_len: int, max_windows: int | None = None, b
 
 
 def check_text_source(source: str, encoding: str = "utf-8") -> None:
-    """Raise unless ``source`` is a known dataset or a readable text file in ``encoding``."""
+    """Raise unless ``source`` is a known dataset or a readable, non-empty text file in ``encoding``.
+
+    Whether it holds enough tokens for the windows asked needs the model's tokenizer: that is checked
+    when the windows are cut (:func:`calibration_windows`, :func:`eval_windows`), before any run folder exists.
+    """
     try:
         codecs.lookup(encoding)
     except LookupError:
@@ -208,7 +212,9 @@ def check_text_source(source: str, encoding: str = "utf-8") -> None:
         raw = path.read_bytes()
     except OSError as exc:
         raise ToolkitError(f"cannot read text file {source!r} ({exc.strerror}); check its permissions") from None
-    decode_text(raw, source, encoding)
+    if not decode_text(raw, source, encoding).strip():
+        raise ToolkitError(f"text file {source!r} is empty (or only whitespace): give a text with enough tokens for "
+                           "the windows asked (nsamples × seqlen)")
 
 
 def decode_text(raw: bytes, source: str, encoding: str = "utf-8") -> str:

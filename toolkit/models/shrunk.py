@@ -47,10 +47,10 @@ from toolkit.models.packed import dequantize_state
 from toolkit.models.save import save_checkpoint, without_quantization
 from toolkit.models.sources import MARKER
 from toolkit.models.structure import BlockView, block_views
+from toolkit.models.structure_file import read_structure
 from toolkit.models.tokenizers import TextCodec
 
 FORMAT = "prunelab-shrunk/2"
-READABLE = ("prunelab-shrunk/1", FORMAT)
 LOAD_HINT = "per-layer shapes saved by PruneLab: load it with toolkit.load_model"
 
 
@@ -178,9 +178,7 @@ def load_shrunk(folder: str | Path, dtype: torch.dtype = torch.float32) -> nn.Mo
     except ImportError:  # older transformers: initialise, then overwrite
         no_init_weights = nullcontext
     folder = Path(folder)
-    record = json.loads((folder / MARKER).read_text())
-    if record.get("format") not in READABLE:
-        raise ToolkitError(f"{folder / MARKER}: unknown format {record.get('format')!r} (expected {FORMAT})")
+    record = read_structure(folder)  # every field checked: one line naming a bad one
     config, quantization = _config(folder, record)
     with no_init_weights():
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)

@@ -18,6 +18,7 @@ import struct
 from pathlib import Path
 
 from toolkit.errors import ToolkitError
+from toolkit.models.structure_file import MARKER, read_structure
 
 EMBEDDED = "smollm2-135m"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -41,7 +42,6 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     return True
 
 
-MARKER = "prunelab_structure.json"
 
 
 def is_shrunk(folder: str | Path) -> bool:
@@ -149,7 +149,9 @@ def _check_checkpoint_folder(path: Path) -> None:
         raise ToolkitError(f"model folder {where!r} has no tokenizer (tokenizer.json, tokenizer.model or vocab.json); "
                            "copy the tokenizer files from the original model, or save them with "
                            "tokenizer.save_pretrained(folder)")
-    if not is_shrunk(path):
+    if is_shrunk(path):
+        read_structure(path)  # its per-layer shapes checked field by field, before any weight loads
+    else:
         check_shards(path)  # every shard there, every decoder layer with tensors: named before any weight loads
 
 

@@ -6,6 +6,8 @@ Every check here runs before any model loads or any file is written; none of the
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import re
 import threading
 from collections.abc import Collection
@@ -13,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit.data.text import SOURCES as TEXT_SOURCES
 from toolkit.data.text import check_text_source
 from toolkit.engine.options import DEVICES_AUTO, FORWARD_DTYPES, FUSED, STORAGE_DTYPES
 from toolkit.errors import ToolkitError
 from toolkit.evaluation.tasks import AUTO, SOURCES, check_limit, parse_task_names
 from toolkit.methods import get_method
-from toolkit.models.sources import check_model_source
+from toolkit.models.sources import EMBEDDED, check_model_source
 from toolkit.run.preflight import check_window
 from toolkit.spec.allocation import Allocation, parse_allocation
 from toolkit.spec.compression import Compression, QuantSpec, Unit, parse_compression
@@ -96,10 +99,7 @@ class RunConfig:
             raise ToolkitError(f"--nsamples must be ≥ 1, got {self.nsamples}")
         check_window(self.seqlen, None, "--seqlen")
         check_window(self.eval_seqlen, self.eval_windows, "--eval-seqlen", "--eval-windows")
-        check_model_source(self.model)
-        check_text_source(self.calib, self.encoding)
-        if self.eval_data:
-            check_text_source(self.eval_data, self.encoding)
+        self._check_sources()
         if self.generate_tokens < 1:
             raise ToolkitError(f"--generate-tokens must be ≥ 1, got {self.generate_tokens}")
         if self.fused not in FUSED or self.error_windows < 1:
@@ -117,6 +117,17 @@ class RunConfig:
         if self.eval_windows is not None and self.eval_windows < 1:
             raise ToolkitError("eval-windows must be ≥ 1 (leave it out for all windows)")
         self._check_tasks()
+
+    def _check_sources(self) -> None:
+        """Model and texts readable; local files kept as absolute paths (the run record is read from anywhere)."""
+        check_model_source(self.model)
+        check_text_source(self.calib, self.encoding)
+        if self.eval_data:
+            check_text_source(self.eval_data, self.encoding)
+        if not self.model.startswith("tiny-") and self.model != EMBEDDED:
+            object.__setattr__(self, "model", absolute_path(self.model))
+        for name in ("calib", "eval_data"):
+            object.__setattr__(self, name, absolute_path(getattr(self, name)))
 
     def _check_tasks(self) -> None:
         """Task names known (a "boolq,rte" string is accepted), limit ≥ 1 and only with tasks, source known."""
@@ -138,6 +149,10 @@ class RunConfig:
             if not linear:
                 raise ToolkitError(f"--allocation {allocation.label} spreads sparsity over the layers for linear-scope "
                                    f"methods; {spec.name} plans its own per-layer removal: drop --allocation")
+            if Unstructured not in spec.targets:
+                raise ToolkitError(f"--allocation {allocation.label} spreads a sparsity over the layers; {spec.name} "
+                                   "quantizes only and prunes nothing: drop --allocation (it spreads the sparsity of "
+                                   "pruning methods such as wanda or sparsegpt)")
             if not isinstance(self.sparsity, Unstructured):
                 what = "there is no sparsity (quantize only)" if self.sparsity is None else \
                     f"{self.sparsity} fixes the count of every group of weights"
@@ -189,7 +204,7 @@ class RunConfig:
             raise ToolkitError(f"--distributed runs linear-scope methods; {spec.name} prunes whole blocks")
         if several_devices:
             raise ToolkitError("--distributed and --devices with several devices exclude each other: one device a rank")
-        if not self.dist_timeout > 0:
+        if not 0 < self.dist_timeout < math.inf:
             raise ToolkitError(f"--dist-timeout must be > 0 seconds, got {self.dist_timeout}")
 
     def _allocation(self) -> Allocation:
@@ -231,7 +246,8 @@ class RunConfig:
                     quant=None if self.quant is None else self.quant.label,
                     unit=None if self.unit is None else self.unit.value,
                     options=dict(self.options), compression=self.compression.to_dict(), schema=SCHEMA,
-                    tasks=list(self.tasks), allocation=self._allocation().label, refine=self._refine_label())
+                    tasks=list(self.tasks), allocation=self._allocation().label, refine=self._refine_label(),
+                    cwd=os.getcwd())  # where the run started: what a relative path in an older record was relative to
         if self.quant is not None and self.quant.auto_group:  # given without a group: the run fitted ``quant``
             data["quant_asked"] = self.quant.asked
         return data
@@ -247,7 +263,7 @@ class RunConfig:
             data.pop("quant")
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
                          "devices", "compression", "schema", "generate", "generate_tokens", "threads", "distributed",
-                         "dist_timeout", "stream"):
+                         "dist_timeout", "stream", "cwd"):
             data.pop(volatile)
         if not self.tasks:
             for name in ("tasks", "task_limit", "task_data"):
@@ -265,6 +281,40 @@ class RunConfig:
         if not data["permute"]:  # the default: runs from before the option were not permuted
             data.pop("permute")
         return data
+
+
+def absolute_path(source: str | None) -> str | None:
+    """``source`` as an absolute path when it names a local file or folder (``calib.txt``); otherwise unchanged.
+
+    Dataset and model names (``wiki``, ``tiny-llama``, a hub id) are left alone, so a run can be recovered or
+    reused from any working directory.
+    """
+    if not source or source in TEXT_SOURCES or not Path(source).expanduser().exists():
+        return source
+    return os.path.abspath(Path(source).expanduser())
+
+
+def recorded_source(source: str, cwd: object, what: str, run_id: str) -> str:
+    """A text source read back from a run record, made absolute; one line when a relative file cannot be found.
+
+    Records name local files absolutely (:func:`absolute_path`); an older record's relative path is
+    resolved against the working directory it recorded (``cwd``), or, when it recorded none, against
+    the current one. ``what`` names the source in the message ("calibration text").
+    """
+    path = Path(source).expanduser()
+    if source in TEXT_SOURCES or path.is_absolute():
+        return source
+    if isinstance(cwd, str) and cwd:
+        candidate = Path(cwd) / path
+        if not candidate.exists():
+            raise ToolkitError(f"run {run_id}'s {what} {source!r} was read from {cwd!r}, where the run started, and "
+                               f"{str(candidate)!r} no longer exists: put the file back there")
+        return str(candidate)
+    if not path.exists():
+        raise ToolkitError(f"run {run_id}'s {what} is {source!r}, a path relative to the folder the run started in, "
+                           f"which its record does not name, and it is not in {os.getcwd()!r}: run this command "
+                           "from the folder the run was started in")
+    return os.path.abspath(path)
 
 
 def device_names(text: str) -> list[str]:

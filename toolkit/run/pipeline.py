@@ -44,6 +44,7 @@ from toolkit.run.evals import (
     score_tasks,
     zero_shot_entry,
 )
+from toolkit.run.inputs import check_input_files, check_plan_fits
 from toolkit.run.outcome import failure_error, failure_message, kept_message, stopped_message
 from toolkit.run.preflight import check_writable_dir
 from toolkit.run.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl
@@ -147,6 +148,7 @@ def prepare(config: RunConfig) -> Prepared:
     resolve_devices(config.devices, device, config.propagate or spec.propagate, resolve_device)  # before any work
     tasks = resolve_tasks(config.tasks, config.task_data) if config.tasks else ()  # before the model loads
     check_writable_dir(config.out_dir)  # before the model loads: a read-only --out fails now, not after the run
+    check_input_files(config)  # an allocation file against the layers the model's files describe
     if config.threads:
         torch.set_num_threads(config.threads)
     streamed = open_streamed(config.model, dtype=config.dtype) if config.stream else None
@@ -155,6 +157,7 @@ def prepare(config: RunConfig) -> Prepared:
     if tasks:
         check_task_tokens(loaded.model, loaded.codec, tasks)
     linears = check_targets(loaded.model, spec, config.compression)
+    check_plan_fits(loaded.model, config)  # the exact layer sizes, still before the run folder exists
     config, note = config.fit_quant_group({cols for _, cols in linear_shapes(loaded.model).values()})
     if spec.scope is Scope.BLOCK:  # family, unit and budget, before the run folder and any scoring
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import ToolkitError
+from toolkit.run.config import recorded_source
 from toolkit.run.preflight import check_window
 from toolkit.store.runs import RunRecord, open_run
 
@@ -132,10 +133,13 @@ def read_parent(config: RecoverConfig) -> ParentRun:
         raise ToolkitError(f"run {record.run_id} records no calibration protocol ({', '.join(missing)} missing in its "
                            "config.json); recover a run written by `python -m toolkit prune`")
     eval_data = cfg.get("eval_data") or None
+    if eval_data is not None:  # a relative file of an older record: where the run started, or one line
+        eval_data = recorded_source(str(eval_data), cfg.get("cwd"), "evaluation text", record.run_id)
     seqlen = config.seqlen if config.seqlen is not None else int(cfg["seqlen"])
     windows = config.eval_windows if config.eval_windows is not None else cfg.get("eval_windows")
     batch = config.batch_size if config.batch_size is not None else max(1, TOKENS_PER_STEP // seqlen)
-    return ParentRun(record=record, model_dir=model_dir, calib=str(cfg["calib"]), seqlen=seqlen, batch_size=batch,
+    calib = recorded_source(str(cfg["calib"]), cfg.get("cwd"), "calibration text", record.run_id)
+    return ParentRun(record=record, model_dir=model_dir, calib=calib, seqlen=seqlen, batch_size=batch,
                      seed=config.seed if config.seed is not None else int(cfg["seed"]),
                      encoding=str(cfg.get("encoding") or "utf-8"), eval_data=eval_data,
                      eval_seqlen=int(cfg.get("eval_seqlen") or 512), eval_windows=windows)

@@ -15,8 +15,10 @@ then prunes layer l to its own ratio s_l (every linear of the layer gets ``Unstr
   (the OWL paper's plain mean, for layers of equal size; a shrunk model's layers differ). Defaults
   M = 5, λ = 0.08: the paper's setting for LLaMA-7B at 70 %.
 - ``FILE.json``: the per-layer ratios a user edits (the app exports them): ``{"layers": [s_0, s_1, …]}``
-  or a bare list. Checked against the model once it is loaded: one ratio per decoder layer, each in
-  [0, 1), and their weight-weighted mean equal to ``--sparsity`` within :data:`TOTAL_TOLERANCE`.
+  or a bare list. Each ratio is a finite number in [0, 1) when the file is read; the count (one ratio
+  per decoder layer) and the weight-weighted mean (equal to ``--sparsity`` within
+  :data:`TOTAL_TOLERANCE`) are checked against the model's layers (:func:`check_ratios`) before the
+  model loads where its files tell them (:mod:`toolkit.run.inputs`), and again on the loaded model.
 
 Allocation spreads an unstructured target only: n:m fixes the count of every group of m weights,
 structured targets belong to block-scope methods that plan their own per-layer removal, and a
@@ -26,6 +28,8 @@ quantize-only run has no sparsity to spread.
 from __future__ import annotations
 
 import json
+import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,7 +93,7 @@ def parse_allocation(text: str | Allocation | None) -> Allocation:
     if path.suffix.lower() != ".json":
         raise ToolkitError(f"unknown --allocation {text!r}: use uniform, owl, owl:M,λ (e.g. owl:5,0.08) "
                            "or a .json file of per-layer ratios")
-    return Allocation(kind=FILE, ratios=read_ratio_file(path), path=str(path))
+    return Allocation(kind=FILE, ratios=read_ratio_file(path), path=os.path.abspath(path))  # the record, from anywhere
 
 
 def _parse_owl(params: str, text: str) -> Allocation:
@@ -103,6 +107,8 @@ def _parse_owl(params: str, text: str) -> Allocation:
     if len(values) != 2:
         raise ToolkitError(f"--allocation {text!r}: OWL takes two numbers, owl:M,λ (e.g. owl:5,0.08)")
     threshold, lam = values
+    if not math.isfinite(threshold) or not math.isfinite(lam):
+        raise ToolkitError(f"--allocation {text!r}: M and λ must be finite numbers (e.g. owl:5,0.08)")
     if not threshold > 0:
         raise ToolkitError(f"--allocation {text!r}: the outlier threshold M must be > 0 (the paper uses 3–10)")
     if not 0 <= lam < 0.5:
@@ -111,7 +117,13 @@ def _parse_owl(params: str, text: str) -> Allocation:
 
 
 def read_ratio_file(path: Path) -> tuple[float, ...]:
-    """The ratios of a JSON file ``{"layers": [...]}`` or ``[...]``; one line when it is unreadable or malformed."""
+    """The ratios of a JSON file ``{"layers": [...]}`` or ``[...]``, each a finite number in [0, 1).
+
+    One line when the file is missing, a folder, unreadable, malformed or holds a bad ratio.
+    """
+    if path.is_dir():
+        raise ToolkitError(f"allocation file {str(path)!r} is a folder, not a file: give a .json file of per-layer "
+                           "ratios")
     if not path.is_file():
         raise ToolkitError(f"allocation file {str(path)!r} does not exist: give a .json file of per-layer ratios")
     try:
@@ -127,7 +139,27 @@ def read_ratio_file(path: Path) -> tuple[float, ...]:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ToolkitError(f"allocation file {str(path)!r}: layer {index}'s ratio {value!r} is not a number")
         ratios.append(float(value))
+    check_ratio_range(ratios, f"allocation file {str(path)!r}")
     return tuple(ratios)
+
+
+def check_ratio_range(ratios: tuple[float, ...] | list[float], source: str) -> None:
+    """One line naming the first ratio that is not a finite number in [0, 1) (NaN and ±inf included)."""
+    for index, value in enumerate(ratios):
+        if not math.isfinite(value):
+            raise ToolkitError(f"{source}: layer {index}'s ratio {value:g} is not a finite number; give a sparsity "
+                               "in [0, 1), e.g. 0.5")
+        if not 0.0 <= value < 1.0:
+            why = "a sparsity cannot be negative" if value < 0 else "1 removes every weight of the layer"
+            raise ToolkitError(f"{source}: layer {index}'s ratio {value:g} is outside [0, 1) ({why}); give a sparsity "
+                               "such as 0.5")
+
+
+def check_ratio_count(ratios: tuple[float, ...] | list[float], layers: int, source: str) -> None:
+    """One line when there is not exactly one ratio per decoder layer (``layers`` of them)."""
+    if len(ratios) != layers:
+        raise ToolkitError(f"{source} has {len(ratios)} layer ratios; the model has {layers} decoder layers: "
+                           "give one ratio per layer")
 
 
 def weighted_mean(values: list[float] | tuple[float, ...], sizes: list[int]) -> float:
@@ -141,12 +173,8 @@ def check_ratios(ratios: tuple[float, ...] | list[float], sizes: list[int], targ
 
     ``sizes`` are the decoder layers' weight counts (the linears allocation applies to).
     """
-    if len(ratios) != len(sizes):
-        raise ToolkitError(f"{source} has {len(ratios)} layer ratios; the model has {len(sizes)} decoder layers: "
-                           "give one ratio per layer")
-    for index, value in enumerate(ratios):
-        if not 0.0 <= value < 1.0:
-            raise ToolkitError(f"{source}: layer {index}'s ratio {value:g} is outside [0, 1)")
+    check_ratio_count(ratios, len(sizes), source)
+    check_ratio_range(ratios, source)
     total = weighted_mean(ratios, sizes)
     if abs(total - target) > TOTAL_TOLERANCE:
         raise ToolkitError(f"{source}: the ratios give a total sparsity of {total:.4f} (weighted by each layer's "

@@ -101,7 +101,8 @@ class RunWriter:
 
     def write_result(self, result: dict[str, Any]) -> None:
         """Write result.json (what the compression did; the status still says whether the run finished)."""
-        _write_json(self.path / "result.json", {**result, "masks": self.masks_written, "schema": SCHEMA})
+        _write_json(self.path / "result.json", {**result, "masks": self.masks_written, "schema": SCHEMA},
+                    allow_nan=False)  # NaN/Infinity are not JSON: a result holds None where nothing was measured
 
     def finish(self, result: dict[str, Any]) -> None:
         """Write result.json, then mark the run finished."""
@@ -129,10 +130,10 @@ class RunWriter:
             with contextlib.suppress(OSError):  # nothing can be written: the dead pid then reads as interrupted
                 (self.path / "status.json").write_text(json.dumps({"status": status, "error": error[:200]}))
 
-def _write_json(path: Path, data: Any) -> None:
+def _write_json(path: Path, data: Any, allow_nan: bool = True) -> None:
     tmp = path.with_suffix(".tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+        tmp.write_text(json.dumps(data, indent=2, default=str, allow_nan=allow_nan), encoding="utf-8")
         tmp.replace(path)  # atomic: a reader never sees half a file
     except OSError:
         tmp.unlink(missing_ok=True)  # no half-written leftover (e.g. disk full)
