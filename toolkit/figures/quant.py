@@ -72,7 +72,7 @@ def projection_figure(steps: Sequence[SolverStep], *, revision: Any = None) -> g
                          xaxis={"anchor": "y3", "title": {"text": "iteration"}},
                          yaxis={"domain": domains[0], "title": {"text": "distance"},
                                 "type": "log" if dists and min(dists) > 0 else "linear"},
-                         yaxis2={"domain": domains[1], "title": {"text": unit}, "tickformat": ".0%",
+                         yaxis2={"domain": domains[1], "title": {"text": unit}, "tickformat": ".3%" if codes else ".0%",
                                  "rangemode": "tozero"},
                          yaxis3={"domain": domains[2], "title": {"text": "bits"}, "rangemode": "tozero"},
                          annotations=[panel_title(t, 0.5, d[1]) for t, d in zip(titles, domains, strict=True)])
