@@ -70,8 +70,10 @@ def from_run(args: argparse.Namespace, run_dir: str) -> list[dict[str, Any]]:
             started = event if isinstance(event, RunStarted) else started
             collect(event)
     options = started.options if started is not None else {}
+    with open(f"{run_dir}/result.json", encoding="utf-8") as handle:  # the commit the run itself recorded
+        git = (json.load(handle).get("versions") or {}).get("git")
     protocol = {"calibration": {"source": "wiki", "nsamples": args.nsamples, "seqlen": args.seqlen, "seed": 0},
-                "run_dir": run_dir, "git": _git()}
+                "run_dir": run_dir, "git": git}
     return collect.records(args, str(options.get("step", "paper")), protocol)
 
 
