@@ -44,7 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs_dir")
     parser.add_argument("run_id")
-    parser.add_argument("--linear", default=None, help="the trace picker's entry, e.g. 'layer 3 · self_attn.q_proj'")
+    parser.add_argument("--linear", default=None, help="the trace picker's entry, e.g. '3 · self_attn.q_proj'")
     parser.add_argument("--out", default="docs/methods/awp_quant_panel.png")
     args = parser.parse_args()
     print(json.dumps(capture(args.runs_dir, args.run_id, Path(args.out), args.linear)), flush=True)
