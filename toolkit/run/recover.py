@@ -19,8 +19,10 @@ What :func:`recover` does with the saved model of run ``RUN`` (``RUN/model``):
    parent's run id) and the settings. Its ``masks/`` hold the keep-masks the recovery kept, and
    ``model/`` the merged checkpoint (written as ``model.partial`` and renamed at the end).
    ``result.json`` adds ``ppl_before``, ``ppl`` (after), ``loss``/``lr`` per step, ``seconds``
-   per phase, ``zeros`` (measured) and ``parent_achieved_sparsity`` beside the measured ``achieved_sparsity``. Its events: ``RunStarted`` (options: the settings), ``EvalPoint`` "pruned" (before),
-   one ``RecoveryStep`` per step, ``EvalPoint`` "recovered" (after), ``RunFinished``.
+   per phase, ``zeros`` (measured) and ``parent_achieved_sparsity`` beside the measured
+   ``achieved_sparsity``. Its events: ``RunStarted`` (options: the settings), a ``RunWarning`` when a
+   keep-mask keeps weights that are 0, ``EvalPoint`` "pruned" (before), one ``RecoveryStep`` per
+   step, ``EvalPoint`` "recovered" (after), ``RunFinished``.
 
 The parent's folder is only read. A failure or cancel marks the new run failed/cancelled
 (``RunFailed``). It removes a half-written ``model.partial``. A checkpoint saved before a later
