@@ -42,7 +42,7 @@ from toolkit.events import Event
 from toolkit.methods.base import MethodSpec, Scope, Stat
 from toolkit.models.layers import decoder_layers, get_weight, layer_linears
 from toolkit.runtime.devices import forward_dtype, resolve_device
-from toolkit.runtime.memory import KEEP_FREED_MAX_LAYER_BYTES, keep_freed_memory
+from toolkit.runtime.memory import KEEP_FREED_MAX_LAYER_BYTES, keep_freed_memory, return_freed_memory
 from toolkit.runtime.placement import storage_dtype
 from toolkit.runtime.precision import DTYPE_NAMES, layer_precision
 from toolkit.spec.compression import Compression, as_compression
@@ -100,6 +100,8 @@ def prune_layers(  # noqa: PLR0913 - keyword-only sinks, each named for what it 
     layers = decoder_layers(model)
     if sum(p.numel() for p in layers[0].parameters()) * 4 <= KEEP_FREED_MAX_LAYER_BYTES:
         keep_freed_memory()
+    else:
+        return_freed_memory()
     compression = as_compression(compression)
     journal = writeback if writeback is not None else WriteBack(enabled=cfg.restore_on_failure,
                                                                 budget_bytes=cfg.journal_budget_mb * 2**20)

@@ -33,6 +33,7 @@ from toolkit.events import Event
 from toolkit.methods.base import MethodSpec, Scope
 from toolkit.models.stream import ShardWriter, StreamedModel
 from toolkit.runtime.devices import resolve_device
+from toolkit.runtime.memory import KEEP_FREED_MAX_LAYER_BYTES, return_freed_memory
 from toolkit.spec.allocation import OWL
 from toolkit.spec.compression import Compression, as_compression
 from toolkit.spec.targets import Target
@@ -86,7 +87,9 @@ def prune_streaming(  # noqa: PLR0913 - the entry mirrors prune_layers (keyword-
     nothing is left at ``out_folder``. The source checkpoint is only read. ``streamed`` ends with
     every decoder layer back on meta.
     """
-    check_streamable(spec, cfg)  # the heap is left as glibc keeps it: streamed layers are large (runtime/memory.py)
+    check_streamable(spec, cfg)
+    if sum(p.numel() for p in streamed.layers[0].parameters()) * 4 > KEEP_FREED_MAX_LAYER_BYTES:
+        return_freed_memory()  # large layers: freed activations and scores go back to the kernel (runtime/memory.py)
     compression = as_compression(compression)
     check_targets(streamed.loaded.model, spec, compression)
     writer = ShardWriter(out_folder)
