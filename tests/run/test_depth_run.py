@@ -61,3 +61,43 @@ def test_the_replay_draws_the_layer_scores(depth_run: tuple[dict, Path]) -> None
     assert view["visible"]["depth"] and not view["visible"]["ranking"]
     bars = {trace.name: list(trace.x) for trace in view["depth"].data}
     assert bars["removed layer"] == scored.removed
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--sparsity", "structured:2 layers"], "would remove 2 of the model's 2 decoder layers"),
+    (["--sparsity", "structured:0 layers"], "cannot remove 0 layers"),
+    (["--sparsity", "2:4"], "depth supports structured (structured:30%), not 2:4"),
+    (["--sparsity", "structured:1 layer", "--unit", "heads"], "use --unit layers"),
+    (["--sparsity", "structured:1 layer", "--quant", "int4"], "depth only prunes"),
+])
+def test_bad_depth_input_is_one_line_and_writes_no_run(tmp_path: Path, argv: list[str], message: str,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "runs"
+    assert main(["prune", *TINY, "--method", "depth", "--out", str(out), *argv]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[-1].startswith("error:") and message in lines[-1], lines[-1]
+    assert not list_runs(out)
+
+
+def test_comparing_kept_heads_of_a_depth_run_says_it_removed_layers(depth_run: tuple[dict, Path]) -> None:
+    from toolkit.compare.structure import load_kept
+    from toolkit.errors import ToolkitError
+
+    _, root = depth_run
+    (record,) = list_runs(root / "runs")
+    with pytest.raises(ToolkitError, match="removed whole decoder layers"):
+        load_kept([record, record])
+
+
+def test_depth_with_stream_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from toolkit.models.load import load_model
+    from toolkit.models.shrunk import save_shrunk
+
+    loaded = load_model("tiny-llama")
+    folder = save_shrunk(loaded.model, loaded.codec, tmp_path / "tiny")
+    argv = ["prune", *TINY, "--model", str(folder), "--method", "depth", "--sparsity", "structured:1 layer",
+            "--stream", "--out", str(tmp_path / "runs")]
+    assert main(argv) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: --stream runs linear-scope methods; depth changes the layers' shapes")
+    assert not list_runs(tmp_path / "runs")

@@ -43,7 +43,11 @@ def load_kept(records: Sequence[RunRecord]) -> dict[str, Kept]:
         if not is_structured(record):
             raise ToolkitError(f"run {record.run_id} keeps weights by masks, not whole heads and channels; "
                                "compare structured runs with structured runs")
-        kept = fold_structure(record.iter_events()).kept
+        structure = fold_structure(record.iter_events())
+        if structure.depth is not None:
+            raise ToolkitError(f"run {record.run_id} removed whole decoder layers (depth), not heads or channels: "
+                               "its layer scores show in the Runs tab; compare heads and channels of width runs")
+        kept = structure.kept
         if not kept:
             raise ToolkitError(f"run {record.run_id} recorded no kept heads or channels (a run from before "
                                "kept maps were stored); run it again to compare it")

@@ -6,7 +6,8 @@ result.json's ``bought`` section, also carried on :class:`~toolkit.events.RunFin
   ``params_after``: those linears' weights before and after (:mod:`toolkit.run.accounting`);
 - ``stored_as``: how the run saves the model (``--save-model``): ``"dense"`` (every weight, pruned
   ones as zeros, in the model's dtype), ``"pack-quantized"`` (compressed-tensors codes, scales and
-  zero points), ``"shrunk"`` (smaller matrices after heads or channels were removed) or
+  zero points), ``"shrunk"`` (smaller matrices after heads or channels were removed, or fewer
+  decoder layers after depth pruning) or
   ``"shrunk+pack-quantized"``;
 - ``bytes_dense``: the source model's parameters stored dense in their dtype (counted before the
   compression); ``bytes_stored``: the compressed model as the run saves it, the measured size of
