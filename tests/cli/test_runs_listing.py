@@ -47,3 +47,17 @@ def test_a_folder_name_that_is_not_utf8_is_listed_escaped(tmp_path: Path, capsys
     assert main(["runs", "--out", str(tmp_path)]) == 0
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith(f"{run.name}-\\udcff\\udcfe") and "finished" in line
+
+
+def test_listing_runs_never_imports_torch(tmp_path: Path) -> None:
+    """The listing is a reader's job: a fresh ``runs`` process must not pay torch's seconds of import."""
+    import subprocess
+    import sys
+
+    write_run(tmp_path, CONFIG, seed=0)
+    code = ("import sys; from toolkit.cli.main import main; code = main(['runs', '--out', sys.argv[1]]); "
+            "print('torch' in sys.modules); sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False"

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import ToolkitError
-from toolkit.run.config import recorded_source
 from toolkit.run.preflight import check_window
 from toolkit.store.runs import RunRecord, open_run
 
@@ -127,6 +126,8 @@ def read_parent(config: RecoverConfig) -> ParentRun:
     if not (model_dir / "config.json").is_file():
         raise ToolkitError(f"run {record.run_id} saved no model: re-run prune with --save-model, then recover that "
                            "run (recovery fine-tunes the saved checkpoint)")
+    from toolkit.run.config import recorded_source  # here: run.config imports torch, the CLI's parser must not
+
     cfg = record.config
     missing = [key for key in ("calib", "seqlen", "seed") if key not in cfg]
     if missing:
