@@ -84,3 +84,12 @@ def test_a_streamed_evaluation_of_a_folder_missing_a_shard_is_refused(tmp_path: 
     shard.unlink()
     with pytest.raises(ToolkitError, match=shard.name):
         streamed_perplexity(open_streamed(folder), _windows(), CPU)
+
+
+def test_a_streamed_run_refuses_generations_before_any_work(tmp_path: Path) -> None:
+    from toolkit.api import RunConfig
+
+    folder = save_tiny(tmp_path / "llama", "llama", "float32")
+    with pytest.raises(ToolkitError, match="generations need the whole model"):
+        RunConfig(model=str(folder), method="wanda", stream=True, generate=True, out_dir=str(tmp_path / "runs"))
+    assert not (tmp_path / "runs").exists()
