@@ -157,4 +157,5 @@ def test_the_reference_profile_is_the_quiet_measured_lessons_in_units_of_their_w
         assert getattr(measured, kind) == pytest.approx(getattr(derived, kind), abs=1e-3)
     assert measured.layer == pytest.approx(derived.layer, abs=1e-3)
     assert ref.prompt == pytest.approx(measured.prompt * lesson.GENERATE_TOKENS / lesson.MEASURED_TOKENS)
+    assert ref.window == pytest.approx(measured.window * 16 / 40)  # those lessons counted 16 of their 40 windows
     assert ref.layer["fista"] / ref.window > 2.0  # a FISTAPruner layer costs more than two windows when quiet

@@ -11,8 +11,7 @@ one run")::
 boundary events (RunStarted, an EvalProgress tick, LayerStarted, LayerDone, RunFinished/RunFailed)
 is the time of the work the later one completes, of one *kind* (``load``, ``window``, ``prompt``,
 ``capture``, ``layer:<method>``, ``wrap``, ``finish``). The wrap-up has its own kind because it is not
-a window: charged to the windows, it would make the pure dense windows of the first seconds look fast
-against a profile whose window also carried every run's wrap-up. A :class:`Profile` holds reference seconds per unit of
+a window (it is short: 0.08 s a run in a lesson measured at load 18). A :class:`Profile` holds reference seconds per unit of
 each kind; only their ratios matter. :meth:`Profile.from_measured` builds one from whole lessons
 measured before: each kind's cost in units of the *probe* (one perplexity window: a forward of the
 whole model over one window, the first work every lesson does), averaged over the lessons, times
