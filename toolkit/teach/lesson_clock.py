@@ -7,18 +7,18 @@ one run")::
     to the first LayerStarted) → decoder layers → wrap-up (the pruning's last steps, to the pruned
     evaluation's opening tick) → pruned perplexity windows → pruned prompts → finish
 
-:class:`LessonClock` folds the runs' events with the consumer's clock. The time between two
-boundary events (RunStarted, an EvalProgress tick, LayerStarted, LayerDone, RunFinished/RunFailed)
-is the time of the work the later one completes, of one *kind* (``load``, ``window``, ``prompt``,
-``capture``, ``layer:<method>``, ``wrap``, ``finish``). The wrap-up has its own kind because it is not
-a window (it is short: 0.08 s a run in a lesson measured at load 18). A :class:`Profile` holds reference seconds per unit of
-each kind; only their ratios matter. :meth:`Profile.from_measured` builds one from whole lessons
-measured before: each kind's cost in units of the *probe* (one perplexity window: a forward of the
-whole model over one window, the first work every lesson does), averaged over the lessons, times
-their mean probe seconds. The pace of this machine is the speed factor s = Σ measured seconds /
-Σ reference seconds of the work done so far, each piece weighted by exp(−age / :data:`MEMORY`) so a
-change of load shows within a minute; after the first window it is that window's seconds over the
-reference window's, so the whole estimate is this machine's throughput from then on. The time left is
+:class:`LessonClock` folds the runs' events with the consumer's clock. The time between two boundary
+events (RunStarted, an EvalProgress tick, LayerStarted, LayerDone, RunFinished/RunFailed) is the time of
+the work the later one completes, of one *kind* (``load``, ``window``, ``prompt``, ``capture``,
+``layer:<method>``, ``wrap``, ``finish``). The wrap-up has its own kind because it is not a window (it
+is short: 0.08 s a run in a lesson measured at load 18). A :class:`Profile` holds reference seconds per
+unit of each kind; only their ratios matter. :meth:`Profile.from_measured` builds one from whole lessons
+measured before: each kind's cost in units of the *probe* (one perplexity window: a forward of the whole
+model over one window, the first work every lesson does), averaged over the lessons, times their mean
+probe seconds. The pace of this machine is the speed factor s = Σ measured seconds / Σ reference seconds
+of the work done so far, each piece weighted by exp(−age / :data:`MEMORY`) so a change of load shows
+within a minute; after the first window it is that window's seconds over the reference window's, so the
+whole estimate is this machine's throughput from then on. The time left is
 
     (the stage under way: its own pace once two units are done, blended with s × reference)
     + s × Σ reference seconds of the work still to come  − the time already spent on the current unit
