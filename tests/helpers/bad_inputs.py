@@ -161,4 +161,76 @@ CLI_CASES = [
              "keep_zeros of gptq must be one of"),
 ]
 
-CASES: list[BadInput] = [*STORE_CASES, *CLI_CASES]
+# ---- input files (allocation, structure, calibration text) and flags that would not apply: refused before the
+# model loads and before a run folder exists, in memory and with --stream
+
+
+def _write(name: str, text: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        (tmp / name).write_text(text, encoding="utf-8")
+    return setup
+
+
+def _checkpoint(structure: str | None = None) -> Callable[[Path], None]:
+    """A tiny-llama checkpoint folder at {tmp}/model, with ``structure`` as its prunelab_structure.json."""
+    def setup(tmp: Path) -> None:
+        from tests.models.test_stream import save_tiny
+
+        save_tiny(tmp / "model", "llama", "float32")
+        if structure is not None:
+            (tmp / "model" / "prunelab_structure.json").write_text(structure, encoding="utf-8")
+        (tmp / "ratios.json").write_text("[0.5, 0.5, 0.5]", encoding="utf-8")
+    return setup
+
+
+ALLOC = (*PRUNE, "--allocation", "{tmp}/ratios.json")
+STREAM = ("prune", "--model", "{tmp}/model", "--stream", "--eval", "none", "--nsamples", "4", "--seqlen", "64",
+          "--out", "{tmp}/runs", "--allocation", "{tmp}/ratios.json")
+SHRUNK = '{"format": "prunelab-shrunk/2", "model_type": "llama", "layers": %s}'
+THREE_LAYERS = "[" + ", ".join(['{"modules": {"q": {"in": 64, "out": 64, "bias": false}}}'] * 3) + "]"
+EVAL_TASKS = ("eval", "--model", "tiny-llama", "--tasks", "rte", "--task-data", "local")
+INPUT_FILE_CASES = [
+    BadInput("alloc-layer-count", "an allocation file with 3 ratios for a 2-layer model", ALLOC, 2,
+             "has 3 layer ratios; the model has 2 decoder layers", setup=_write("ratios.json", "[0.5, 0.5, 0.5]")),
+    BadInput("alloc-layer-count-stream", "the same with --stream", STREAM, 2,
+             "has 3 layer ratios; the model has 2 decoder layers", setup=_checkpoint()),
+    BadInput("alloc-ratio-one", "an allocation ratio of 1.0", ALLOC, 2, "layer 1's ratio 1 is outside [0, 1)",
+             setup=_write("ratios.json", '{"layers": [0.5, 1.0]}')),
+    BadInput("alloc-ratio-negative", "a negative allocation ratio", ALLOC, 2, "layer 0's ratio -0.2 is outside [0, 1)",
+             setup=_write("ratios.json", '{"layers": [-0.2, 0.5]}')),
+    BadInput("alloc-ratio-nan", "a NaN allocation ratio", ALLOC, 2, "layer 0's ratio nan is not a finite number",
+             setup=_write("ratios.json", '{"layers": [NaN, 0.5]}')),
+    BadInput("alloc-ratio-inf", "an infinite allocation ratio", ALLOC, 2, "layer 1's ratio inf is not a finite number",
+             setup=_write("ratios.json", '{"layers": [0.5, Infinity]}')),
+    BadInput("alloc-total", "allocation ratios whose total is not --sparsity", ALLOC, 2,
+             "the ratios give a total sparsity of 0.4000", setup=_write("ratios.json", '{"layers": [0.3, 0.5]}')),
+    BadInput("alloc-folder", "an allocation 'file' that is a folder", ALLOC, 2, "is a folder, not a file",
+             setup=lambda tmp: (tmp / "ratios.json").mkdir()),
+    BadInput("alloc-owl-inf", "OWL with an infinite outlier threshold", (*PRUNE, "--allocation", "owl:inf,0.1"), 2,
+             "M and λ must be finite numbers"),
+    BadInput("alloc-owl-lambda", "OWL with λ ≥ 1", (*PRUNE, "--allocation", "owl:5,1"), 2, "λ must be in [0, 0.5)"),
+    BadInput("alloc-quantize-only", "--allocation with a quantize-only method",
+             (*PRUNE, "--method", "rtn", "--quant", "int4", "--allocation", "owl"), 2,
+             "rtn quantizes only and prunes nothing: drop --allocation"),
+    BadInput("structure-layers-string", 'a structure file with "layers": "ab"', ("prune", "--model", "{tmp}/model",
+             "--out", "{tmp}/runs"), 2, '"layers" must be a non-empty list with one object per decoder layer, got the '
+             "string 'ab'", setup=_checkpoint(SHRUNK % '"ab"')),
+    BadInput("structure-layer-count", "a structure file listing 3 layers for a 2-layer config",
+             ("prune", "--model", "{tmp}/model", "--out", "{tmp}/runs"), 2,
+             "lists 3 decoder layers, config.json says 2",
+             setup=_checkpoint(SHRUNK % THREE_LAYERS)),
+    BadInput("calib-empty", "an empty calibration text file", (*PRUNE, "--calib", "{tmp}/calib.txt"), 2,
+             "is empty (or only whitespace)", setup=_write("calib.txt", " \n")),
+    BadInput("calib-short", "a calibration text with fewer tokens than nsamples × seqlen",
+             (*PRUNE, "--calib", "{tmp}/calib.txt"), 2, "the calibration text has 10 tokens, fewer than nsamples × "
+             "seqlen = 4 × 64", setup=_write("calib.txt", "short text")),
+    BadInput("eval-windows-without-data", "eval --tasks with --windows and --seqlen but no --data",
+             (*EVAL_TASKS, "--windows", "2", "--seqlen", "64"), 2,
+             "--seqlen and --windows apply to the perplexity, but with --tasks the perplexity is scored only when "
+             "--data is given"),
+    BadInput("eval-task-data-without-tasks", "eval --task-data without --tasks",
+             ("eval", "--model", "tiny-llama", "--task-data", "local"), 2,
+             "--task-data chooses where the zero-shot tasks come from: give --tasks too"),
+]
+
+CASES: list[BadInput] = [*STORE_CASES, *CLI_CASES, *INPUT_FILE_CASES]

@@ -99,3 +99,32 @@ def test_a_shrunk_folder_gives_each_layer_its_own_size(folder: Path, tmp_path: P
     (shrunk / MARKER).write_text(json.dumps({"format": "prunelab-shrunk/2", "model_type": "llama", "layers": shapes}))
     sizes = layer_sizes(decoder_layers(model))
     assert layer_geometry(str(shrunk)) == LayerGeometry(2, (sizes[0], sizes[1] - 64 * 64))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["in-memory", "stream"])
+def test_a_calibration_text_too_short_is_refused_before_loading(stream: bool, folder: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    _never_loads(monkeypatch)
+    calib = tmp_path / "calib.txt"
+    calib.write_text("x" * 40)  # 40 byte tokens: 2 windows of 16 need at least 2 × 15
+    store = tmp_path / "runs"
+    config = RunConfig(model=str(folder) if stream else "tiny-llama", stream=stream, out_dir=str(store),
+                       calib=str(calib), **{**FAST, "nsamples": 3})
+    with pytest.raises(ToolkitError, match="the calibration text has 40 tokens, fewer than nsamples × seqlen = 3 × 16"):
+        prune_model(config)
+    assert not store.exists() or not any(store.iterdir())
+
+
+def test_the_early_count_is_the_tokenizers_own(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from toolkit.models.sources import EMBEDDED, cache_dir
+    from toolkit.models.tokenizers import HFCodec
+    from toolkit.run.inputs import _token_count
+
+    folder = cache_dir() / EMBEDDED
+    if not (folder / "tokenizer.json").is_file():
+        pytest.skip("the embedded model is not converted yet")
+    text = "Pruning keeps the weights that matter.\n\nÜber naïve café — 2:4 sparsity, 50 % of weights! " * 20
+    assert _token_count(EMBEDDED, text) == len(HFCodec(AutoTokenizer.from_pretrained(folder)).encode(text))
+    assert _token_count("tiny-llama", "é") == 2 and _token_count("someone/model", text) is None

@@ -8,6 +8,10 @@ file is one line and leaves nothing in the run store, in memory and with ``--str
   their total equal to ``--sparsity`` where the layers' sizes are known without the weights (a
   per-layer structure file gives them; a standard config builds every layer alike, so each
   weighs the same).
+- :func:`check_input_files` also counts the tokens of a ``--calib`` text file with the model's own
+  tokenizer where it is read without the model (the tiny models' bytes, a folder's
+  ``tokenizer.json``) and refuses one too short for ``--nsamples`` windows of ``--seqlen``; the exact
+  count (BOS included) is checked again when the windows are cut, still before the run folder.
 - :func:`check_plan_fits`, on the loaded model (its exact layer sizes): the same checks, for
   sources whose files say nothing (a ``.gguf``, a hub id) and for configs whose layers differ.
 """
@@ -20,10 +24,14 @@ from pathlib import Path
 
 from torch import nn
 
+from toolkit.data.text import SOURCES as TEXT_SOURCES
+from toolkit.data.text import decode_text
 from toolkit.engine.allocation import layer_sizes
+from toolkit.errors import ToolkitError
 from toolkit.models.layers import decoder_layers
 from toolkit.models.sources import EMBEDDED, cache_dir, is_shrunk, run_model_folder
 from toolkit.models.structure_file import layer_weights, read_structure
+from toolkit.models.tokenizers import BYTES_MARKER, ByteCodec
 from toolkit.run.config import RunConfig
 from toolkit.spec.allocation import FILE, Allocation, check_ratio_count, check_ratios, parse_allocation
 from toolkit.spec.targets import Unstructured
@@ -89,7 +97,8 @@ def _ratio_file(config: RunConfig) -> tuple[Allocation, float] | None:
 
 
 def check_input_files(config: RunConfig) -> None:
-    """Before the model loads: an allocation file against the layers the model's files describe (module docstring)."""
+    """Before the model loads: an allocation file against the model's layers, a calibration file's length."""
+    check_calibration_length(config)
     planned = _ratio_file(config)
     if planned is None:
         return
@@ -102,6 +111,41 @@ def check_input_files(config: RunConfig) -> None:
         check_ratio_count(allocation.ratios, geometry.count, source)
     else:
         check_ratios(allocation.ratios, list(geometry.sizes), target, source)
+
+
+def check_calibration_length(config: RunConfig) -> None:
+    """One line when a ``--calib`` text file has too few tokens for ``nsamples`` windows of ``seqlen``.
+
+    A window holds at least ``seqlen - 1`` text tokens (one less with a BOS), so a text of fewer than
+    ``nsamples × (seqlen - 1)`` tokens can never be cut; the message matches
+    :func:`toolkit.data.text.calibration_windows`, which checks the exact count later.
+    """
+    path = Path(config.calib)
+    if config.calib in TEXT_SOURCES or not path.is_file():
+        return
+    count = _token_count(config.model, decode_text(path.read_bytes(), config.calib, config.encoding))
+    body = config.seqlen - 1
+    if count is not None and (count <= body + 1 or config.nsamples * body > count):
+        raise ToolkitError(f"the calibration text has {count} tokens, fewer than nsamples × seqlen = "
+                           f"{config.nsamples} × {config.seqlen}; lower --nsamples or --seqlen, or use a longer text")
+
+
+def _token_count(model: str, text: str) -> int | None:
+    """The tokens of ``text`` under ``model``'s tokenizer, read without the model; None when it cannot be."""
+    name = model.strip()
+    if name.startswith("tiny-"):
+        return len(ByteCodec().encode(text))
+    path = cache_dir() / EMBEDDED if name == EMBEDDED else Path(name).expanduser()
+    if not path.is_dir():
+        return None
+    path = run_model_folder(path) or path
+    if (path / BYTES_MARKER).is_file():
+        return len(ByteCodec().encode(text))
+    if not (path / "tokenizer.json").is_file():
+        return None
+    from tokenizers import Tokenizer  # the fast tokenizer's own definition, as transformers loads it
+
+    return len(Tokenizer.from_file(str(path / "tokenizer.json")).encode(text, add_special_tokens=False).ids)
 
 
 def check_plan_fits(model: nn.Module, config: RunConfig) -> None:
