@@ -12,12 +12,22 @@ first sweep accumulates both log-normalisers (a running logsumexp), a second sum
 chunk of the student runs under activation checkpointing, so the backward pass recomputes its logits
 instead of keeping them: memory holds one (positions, chunk) block at a time, never (positions, vocab).
 The teacher runs without gradients; its logits are computed per batch and never stored.
+
+:func:`step_loss` makes the loss of one training step for :func:`toolkit.engine.finetune.train`
+(``TrainSettings.loss_fn``): ``kd``, ``lm`` (the causal-LM loss, mean NLL of each next token, computed
+from the same chunks at T = 1) or ``kd+lm`` (their sum). The hidden states are the models' own
+outputs with the output layer swapped for an identity while they run (:func:`hidden_states`, restored
+in ``finally``), so no model builds its full logits.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from toolkit.errors import ToolkitError
@@ -79,3 +89,58 @@ def _kl_chunk(hidden: Tensor, head: Tensor, lse: Tensor, log_pt: Tensor, tempera
     """Σ over the chunk's tokens and the positions of p_t · (log p_t − log p_s)."""
     log_ps = _scaled(hidden, head, float(temperature)) - lse[:, None]
     return (log_pt.exp() * (log_pt - log_ps)).sum()
+
+
+def step_loss(teacher: nn.Module, loss: str, *, temperature: float = TEMPERATURE,
+              chunk: int = VOCAB_CHUNK) -> Callable[[nn.Module, Tensor], Tensor]:
+    """The loss of one step of ``model`` on ``batch`` (batch, seq) int64: ``kd``, ``lm`` or ``kd+lm``.
+
+    ``teacher`` stays in eval mode, without gradients, on the device of the batch.
+    """
+    check_kd(loss, temperature, chunk)
+
+    def compute(model: nn.Module, batch: Tensor) -> Tensor:
+        hidden, head = hidden_states(model, batch)
+        total = hidden.new_zeros((), dtype=torch.float32)
+        if "lm" in loss.split("+"):
+            total = total + lm_loss(hidden[:, :-1].reshape(-1, hidden.shape[-1]), head, batch[:, 1:].reshape(-1),
+                                    chunk=chunk)
+        if "kd" in loss.split("+"):
+            with torch.no_grad():
+                teacher_hidden, teacher_head = hidden_states(teacher, batch)
+            total = total + kd_loss(hidden.reshape(-1, hidden.shape[-1]), head,
+                                    teacher_hidden.reshape(-1, teacher_hidden.shape[-1]), teacher_head,
+                                    temperature=temperature, chunk=chunk)
+        return total
+
+    return compute
+
+
+def lm_loss(hidden: Tensor, head: Tensor, targets: Tensor, *, chunk: int = VOCAB_CHUNK) -> Tensor:
+    """Mean NLL of ``targets`` (positions,) given ``hidden`` (positions, hidden) and ``head`` (vocab, hidden)."""
+    target_logits = (hidden.float() * head[targets].float()).sum(-1)  # (positions,)
+    return (_lse(hidden, head, 1.0, chunk) - target_logits).mean()
+
+
+def hidden_states(model: nn.Module, batch: Tensor) -> tuple[Tensor, Tensor]:
+    """(final hidden states (batch, seq, hidden), output matrix (vocab, hidden)) of a causal LM on ``batch``."""
+    base: Any = model
+    head = base.get_output_embeddings()
+    with _identity_head(model, head):
+        hidden = model(input_ids=batch, use_cache=False).logits
+    return hidden, head.weight
+
+
+@contextmanager
+def _identity_head(model: nn.Module, head: nn.Module) -> Iterator[None]:
+    """The output layer swapped for an identity (and no logit soft-capping) while the block runs."""
+    parent, name = next((m, n) for m in model.modules() for n, child in m.named_children() if child is head)
+    config = getattr(model, "config", None)
+    cap = getattr(config, "final_logit_softcapping", None)
+    if cap is not None:
+        raise ToolkitError("distillation of a model with final logit soft-capping is not supported")
+    setattr(parent, name, nn.Identity())
+    try:
+        yield
+    finally:
+        setattr(parent, name, head)

@@ -36,6 +36,7 @@ class TrainSettings:
     steps: int
     batch_size: int
     lr: float
+    loss_fn: Callable[[nn.Module, Tensor], Tensor] | None = None  # (model, batch) → loss; None: the LM loss
 
 
 @dataclass
@@ -79,7 +80,8 @@ def train(model: nn.Module, windows: Tensor, settings: TrainSettings, device: to
             for group in optimizer.param_groups:
                 group["lr"] = rate
             batch = windows[(step - 1) * settings.batch_size: step * settings.batch_size].to(device)
-            loss = model(input_ids=batch, labels=batch).loss
+            loss = model(input_ids=batch, labels=batch).loss if settings.loss_fn is None else \
+                settings.loss_fn(model, batch)  # e.g. distillation (toolkit.engine.distill.step_loss)
             value = float(loss.detach())
             if not math.isfinite(value):
                 raise NumericalError(f"the recovery loss is not finite at step {step}; lower --lr")
