@@ -19,6 +19,7 @@ from pathlib import Path
 
 from toolkit.errors import ToolkitError
 from toolkit.models.structure_file import MARKER, read_structure
+from toolkit.store.reader import read_json
 
 EMBEDDED = "smollm2-135m"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -61,10 +62,7 @@ def run_model_folder(path: str | Path) -> Path | None:
     path = Path(path)
     if not (path / RUN_STATUS).is_file():
         return None
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    config, _ = read_json(path / "config.json", folder=path)  # bounded: a pipe or a 200,000-deep file is no run
     if not isinstance(config, dict) or "model_type" in config or "method" not in config:
         return None
     if (path / "model").is_dir():
@@ -132,10 +130,10 @@ def _check_checkpoint_folder(path: Path) -> None:
                            "the tokenizer files (as save_pretrained writes them)")
     if "config.json" not in files:
         raise ToolkitError(f"model folder {where!r} has no config.json; it is not a Hugging Face checkpoint")
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ToolkitError(f"{where}/config.json is not readable JSON ({exc}); restore it from the original") from None
+    # bounded and non-blocking; a checkpoint's files may be links anywhere (the hub cache links them to blobs)
+    config, why = read_json(path / "config.json", folder=Path(path.resolve().anchor))
+    if config is None:
+        raise ToolkitError(f"{where}/config.json is not readable JSON ({why}); restore it from the original")
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise ToolkitError(f"{where}/config.json has no model_type; restore it from the original checkpoint")
     if not is_shrunk(path) and not any(path.glob("*.safetensors")):
