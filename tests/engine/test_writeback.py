@@ -48,3 +48,11 @@ def test_conv1d_weights_are_written_in_their_layout() -> None:
     assert torch.equal(get_weight(conv), new) and conv.weight.shape == (8, 5)
     journal.restore()
     assert torch.equal(conv.weight, old)
+
+
+def test_the_journal_budget_spills_large_layers_from_the_first_backup() -> None:
+    from toolkit.engine.state import EngineConfig, journal_budget_bytes
+
+    assert journal_budget_bytes(EngineConfig(), large_layers=False) == 512 * 2**20
+    assert journal_budget_bytes(EngineConfig(), large_layers=True) == 0
+    assert journal_budget_bytes(EngineConfig(journal_budget_mb=64), large_layers=True) == 64 * 2**20

@@ -35,6 +35,7 @@ from toolkit.engine.state import (
     RunState,
     StructureSink,
     ignore,
+    journal_budget_bytes,
 )
 from toolkit.engine.writeback import WriteBack
 from toolkit.errors import ToolkitError
@@ -98,13 +99,14 @@ def prune_layers(  # noqa: PLR0913 - keyword-only sinks, each named for what it 
     ``cfg.restore_on_failure`` (shapes included).
     """
     layers = decoder_layers(model)
-    if sum(p.numel() for p in layers[0].parameters()) * 4 <= KEEP_FREED_MAX_LAYER_BYTES:
-        keep_freed_memory()
-    else:
+    large = sum(p.numel() for p in layers[0].parameters()) * 4 > KEEP_FREED_MAX_LAYER_BYTES
+    if large:
         return_freed_memory()
+    else:
+        keep_freed_memory()
     compression = as_compression(compression)
     journal = writeback if writeback is not None else WriteBack(enabled=cfg.restore_on_failure,
-                                                                budget_bytes=cfg.journal_budget_mb * 2**20)
+                                                                budget_bytes=journal_budget_bytes(cfg, large))
     start = time.perf_counter()
     run: RunState | None = None
     try:

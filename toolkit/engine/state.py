@@ -32,6 +32,21 @@ QuantSink = Callable[[int, str, QuantState], None]  # (layer, name, quantization
 StructureSink = Callable[[dict[str, Any]], None]  # one structure change (block scope), plain data
 
 
+JOURNAL_BUDGET_MB = 512  # the journal's in-memory budget for models with small decoder layers
+
+
+def journal_budget_bytes(cfg: EngineConfig, large_layers: bool) -> int:
+    """The undo journal's in-memory budget: ``cfg.journal_budget_mb``, else 0 for large layers, else 512 MiB.
+
+    A large layer's backups (a 7B's: 386 MiB of bfloat16 a layer) would sit beside the layer's float32
+    copy and the solve's temporaries at the host peak; on disk they cost one write each, which a model
+    above the budget paid for all but its first 512 MiB anyway.
+    """
+    if cfg.journal_budget_mb is not None:
+        return cfg.journal_budget_mb * 2**20
+    return 0 if large_layers else JOURNAL_BUDGET_MB * 2**20
+
+
 def ignore(*args: Any) -> None:
     """A sink that drops what it gets."""
 
@@ -52,7 +67,8 @@ class EngineConfig:
     devices: str = DEVICES_AUTO  # layers pruned concurrently on these (needs propagate=dense); see parallel.py
     forward_dtype: str = "auto"  # "auto" | "fp32" | "bf16": the layers' passes (auto: bf16 on GPUs; stats float32)
     distributed: bool = False  # layers solved on the ranks of torch.distributed (see dist_engine.py)
-    journal_budget_mb: int = 512  # backups of the undo journal kept in memory; beyond, on disk (writeback.py)
+    journal_budget_mb: int | None = None  # backups of the undo journal kept in memory; beyond, on disk (writeback.py);
+    # None: JOURNAL_BUDGET_MB, or 0 for decoder layers above KEEP_FREED_MAX_LAYER_BYTES (a 7B's: every backup on disk)
     allocation: Allocation = field(default_factory=Allocation)  # per-layer ratios (plan phase, engine/allocation.py)
     refine: Refine | None = None  # mask refinement after each linear's solve (DSnoT), None = the method's mask
 
@@ -67,7 +83,7 @@ class EngineConfig:
             raise ToolkitError(f"fused must be one of {FUSED}, got {self.fused!r}")
         if self.forward_dtype not in FORWARD_DTYPES:
             raise ToolkitError(f"forward_dtype must be one of {FORWARD_DTYPES}, got {self.forward_dtype!r}")
-        if self.error_windows < 1 or self.fused_budget_mb < 0 or self.journal_budget_mb < 0:
+        if self.error_windows < 1 or self.fused_budget_mb < 0 or (self.journal_budget_mb or 0) < 0:
             raise ToolkitError("error_windows must be ≥ 1, fused_budget_mb and journal_budget_mb ≥ 0")
 
 
