@@ -1,7 +1,8 @@
 """The block-scope engine: heads and channels scored, ranked globally, compensated and removed.
 
 ``prune_blocks`` is what :func:`toolkit.engine.prune.prune_layers` calls for a method with
-``scope=Scope.BLOCK`` (numerical, flap, wanda-sp, magnitude-sp). Numerical Pruning's pipeline
+``scope=Scope.BLOCK`` (numerical, flap, wanda-sp, magnitude-sp; ``depth``, which removes whole
+layers, goes to :func:`toolkit.engine.block.depth.prune_depth`). Numerical Pruning's pipeline
 (notes §2):
 
 1. **Score pass** (dense model, layer by layer, dense activations propagate): the inputs of
