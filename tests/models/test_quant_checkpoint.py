@@ -44,7 +44,7 @@ def test_the_checkpoint_reloads_to_the_in_memory_perplexity(tmp_path: Path, caps
     assert result["compression"]["quant"]["bits"] < checkpoint["bits_per_weight"] < 16
     assert checkpoint["dense_bf16_bytes"] > 0 and checkpoint["size_vs_dense_bf16"] < 1
     printed = capsys.readouterr().out
-    assert "checkpoint pack-quantized" in printed and "bits/weight (codes, scales and zero points" in printed
+    assert "checkpoint pack-quantized" in printed and "bits per weight on disk (codes packed in int32 words" in printed
     sparse = result["compression"]["sparsity"] is not None
     assert ("sparse_note" in checkpoint) == sparse and (SPARSE_NOTE in printed) == sparse
     reloaded, protocol = evaluate_model(str(folder), data="wiki", seq_len=64, max_windows=3, device="cpu")
