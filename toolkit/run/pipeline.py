@@ -47,7 +47,7 @@ from toolkit.run.evals import (
 from toolkit.run.inputs import check_input_files, check_plan_fits
 from toolkit.run.outcome import failure_error, failure_message, kept_message, stopped_message
 from toolkit.run.preflight import check_writable_dir
-from toolkit.run.provenance import cached_dense_ppl, dense_ppl_key, peak_rss_mb, store_dense_ppl
+from toolkit.run.provenance import cached_dense_ppl, dense_ppl_key, git_head, peak_rss_mb, store_dense_ppl
 from toolkit.run.record import result_record
 from toolkit.run.zero_pattern import input_zeros, zero_pattern
 from toolkit.runtime.devices import resolve_device
@@ -141,6 +141,7 @@ def prepare(config: RunConfig) -> Prepared:
 
     Devices and task data are checked before ``--out`` is created, ``--out`` before the model loads.
     """
+    git_head()  # the code this run imported, before a later commit can rename it
     spec = get_method(config.method)
     method_cfg = spec.make_config(config.options)
     engine_cfg = engine_config(config)
