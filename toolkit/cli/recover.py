@@ -44,6 +44,10 @@ def add_recover_command(subparsers: Any) -> argparse.ArgumentParser:
                    help="score only the first N evaluation windows (default: the run's protocol)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--out", default=None, help="run store for the new run (default: the one holding RUN)")
+    p.add_argument("--loss", default="lm", choices=("lm", "kd", "kd+lm"),
+                   help="lm: the language-model loss; kd: distillation from the run's source model (KL at "
+                        "--temperature); kd+lm: their sum (default lm)")
+    p.add_argument("--temperature", type=float, default=2.0, help="distillation temperature T (default 2)")
     p.add_argument("--json", default=None, help="also write the result to this file")
     return p
 
@@ -63,6 +67,7 @@ def run_recover(args: argparse.Namespace) -> int:
         result = recover_model(run=args.run, steps=args.steps, rank=args.rank, alpha=args.alpha, lr=args.lr,
                                batch_size=args.batch_size, seqlen=args.seqlen, seed=args.seed,
                                eval_windows=args.eval_windows, device=args.device, out_dir=args.out,
+                               loss=args.loss, temperature=args.temperature,
                                on_event=view.on_event, on_progress=view.on_progress)
     finally:
         view.close()

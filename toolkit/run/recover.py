@@ -64,6 +64,7 @@ from toolkit.run.pipeline import bos_id
 from toolkit.run.preflight import check_writable_dir
 from toolkit.run.provenance import peak_rss_mb, versions
 from toolkit.run.recover_config import METHOD, ParentRun, RecoverConfig, read_parent, run_config
+from toolkit.run.recover_teacher import load_teacher, teacher_loss
 from toolkit.run.recover_zeros import ParentZeros, kept_zeros_warning, measure_zeros, parent_zeros
 from toolkit.runtime.devices import resolve_device
 from toolkit.store.runs import SCHEMA, RunWriter
@@ -84,6 +85,7 @@ class Prepared:
     test: Tensor | None  # evaluation windows, or None when the parent evaluated nothing
     seconds: dict[str, float]
     zeros: ParentZeros  # the parent's zeros, counted on its saved weights before training
+    teacher: nn.Module | None = None  # the parent's source model for --loss kd | kd+lm (run/recover_teacher.py)
 
 
 @dataclasses.dataclass
@@ -178,7 +180,7 @@ def prepare(config: RecoverConfig, parent: ParentRun) -> Prepared:
         test = eval_windows(load_tokens(parent.eval_data, "test", loaded.codec, parent.encoding),
                             parent.eval_seqlen, parent.eval_windows, bos)
     return Prepared(config, parent, loaded, device, masks, windows, test,
-                    {"load": time.perf_counter() - start}, zeros)
+                    {"load": time.perf_counter() - start}, zeros, load_teacher(config, parent, loaded))
 
 
 def keep_masks(model: nn.Module, parent: ParentRun) -> dict[nn.Module, Tensor]:
@@ -218,7 +220,8 @@ def _run(run: Prepared, writer: RunWriter, record: Callable[[Event], None], tick
     with torch.random.fork_rng(devices=[]):  # seeded adapters and dropout; the caller's generator is left alone
         torch.manual_seed(parent.seed)
         peft_model = add_masked_lora(model, run.masks, config.rank, config.alpha)
-        settings = TrainSettings(steps=config.steps, batch_size=run.parent.batch_size, lr=config.lr)
+        settings = TrainSettings(steps=config.steps, batch_size=run.parent.batch_size, lr=config.lr,
+                                 loss_fn=teacher_loss(run.teacher, config, run.device))
         outcome.trained = train(peft_model, run.train_windows, settings, run.device, record, ticks.cancelled)
     run.seconds["train"] = time.perf_counter() - start
     start = time.perf_counter()

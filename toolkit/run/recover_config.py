@@ -28,7 +28,10 @@ DEFAULT_ALPHA = 16.0
 DEFAULT_LR = 5e-4
 TOKENS_PER_STEP = 512  # the default batch: max(1, TOKENS_PER_STEP // seqlen) windows a step
 METHOD = "recover"  # the method name of a recovery run in the run store
-SETTINGS = ("steps", "rank", "alpha", "lr", "batch_size", "seqlen", "seed", "eval_windows", "device", "out_dir")
+SETTINGS = ("steps", "rank", "alpha", "lr", "batch_size", "seqlen", "seed", "eval_windows", "device", "out_dir",
+            "loss", "temperature")
+LOSSES = ("lm", "kd", "kd+lm")  # the language-model loss, distillation from the parent's source model, their sum
+DEFAULT_TEMPERATURE = 2.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class RecoverConfig:
     eval_windows: int | None = None
     device: str = "auto"
     out_dir: str | None = None
+    loss: str = "lm"  # toolkit/engine/distill.py
+    temperature: float = DEFAULT_TEMPERATURE  # of the distillation (kd, kd+lm)
 
     def __post_init__(self) -> None:
         for name in ("steps", "rank", "batch_size"):
@@ -68,6 +73,11 @@ class RecoverConfig:
                 raise ToolkitError(f"--{name} must be a number > 0, got {value!r}")
         if self.seqlen is not None:
             check_window(self.seqlen, None, "--seqlen")
+        if self.loss not in LOSSES:
+            raise ToolkitError(f"unknown --loss {self.loss!r}: use one of {', '.join(LOSSES)}")
+        if not isinstance(self.temperature, int | float) or not math.isfinite(self.temperature) \
+                or self.temperature <= 0:
+            raise ToolkitError(f"--temperature must be a number > 0, got {self.temperature!r}")
         if self.eval_windows is not None and self.eval_windows < 1:
             raise ToolkitError(f"--eval-windows must be ≥ 1 (leave it out for the parent's), got {self.eval_windows}")
 
@@ -163,7 +173,8 @@ def run_config(config: RecoverConfig, parent: ParentRun, device: str) -> dict[st
     """
     cfg = parent.config
     settings = {"steps": config.steps, "rank": config.rank, "alpha": config.alpha, "lr": config.lr,
-                "batch_size": parent.batch_size, "seqlen": parent.seqlen}
+                "batch_size": parent.batch_size, "seqlen": parent.seqlen,
+                **({"loss": config.loss, "temperature": config.temperature} if config.loss != "lm" else {})}
     return {"model": cfg.get("model", "?"), "method": METHOD, "parent": parent.run_id,
             "parent_dir": str(Path(config.run_dir).expanduser().resolve()), "parent_method": cfg.get("method"),
             "sparsity": cfg.get("sparsity"), "quant": None, "unit": cfg.get("unit"),
