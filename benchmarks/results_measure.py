@@ -118,9 +118,11 @@ def _section(record: dict[str, Any]) -> list[str]:
             lines.append(_row(f"{kind} tokens/s, batch {batch}", model["speed"][b][key], dense["speed"][b][key],
                               "{:.1f}"))
     if model["params"] == dense["params"] and model["dtype"] == dense["dtype"]:
+        ratios = [m[k] / d[k] for m, d in zip(model["speed"], dense["speed"], strict=True)
+                  for k in ("prefill_tokens_per_s", "decode_tokens_per_s")]
         lines += ["", "Same parameters and dtype as the dense source: not smaller or faster as saved (its pruned "
-                      "weights are stored as zeros and multiplied like any other); the speed ratios show the "
-                      "measurement's own spread."]
+                      "weights are stored as zeros and multiplied like any other); its speed ratios, "
+                      f"{min(ratios):.2f} to {max(ratios):.2f}, are the measurement's own spread on this machine."]
     return lines
 
 
