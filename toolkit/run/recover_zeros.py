@@ -69,7 +69,7 @@ def kept_zeros_warning(found: ParentZeros) -> str:
     layer, name = found.where[module]
     return (f"the stored keep-masks keep {count:,} weights that are exactly 0 in the saved model (most in layer "
             f"{layer} {name}: {found.kept_zeros[module].numel():,}); the recovery trains every weight a keep-mask "
-            "keeps, so these will not stay 0 (a mask file that keeps pruned weights was changed after the run)")
+            "keeps, so these will not stay 0 (if the run pruned them, its mask file was changed after the run)")
 
 
 def measure_zeros(linears: LinearNames, keep_masks: Mapping[nn.Module, Tensor], before: ParentZeros,
