@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 from benchmarks.results_allocation import ALLOCATION_SECTIONS
+from benchmarks.results_awp_step import AWP_STEP_SECTIONS
+from benchmarks.results_depth import DEPTH_SECTIONS
 from benchmarks.results_lesson_class import LESSON_CLASS_SECTIONS
 from benchmarks.results_presets import PRESET_SECTIONS
 from benchmarks.results_read import RESULTS, ROOT, Lines, Section, commits, protocol_lines, records_of, rel, stamps
@@ -286,7 +288,9 @@ python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four run
     *SCALE_SECTIONS,
     *ALLOCATION_SECTIONS,
     *PRESET_SECTIONS,
+    *DEPTH_SECTIONS,
     *LESSON_CLASS_SECTIONS,
+    *AWP_STEP_SECTIONS,
     Section(
         "Weight digests: did a change move any pruned weight?",
         ("digest_*.jsonl",),
