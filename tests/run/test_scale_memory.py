@@ -68,7 +68,8 @@ def _safetensors_dtypes(folder: Path) -> set[str]:
 
 
 @pytest.mark.xfail(strict=True, raises=AboveTheGoal,
-                   reason="peak 2555 MiB measured by bench_scale against the goal of 2337 MiB (docs/scale.md)")
+                   reason="peak 2555 MiB by bench_scale, 2956 MiB by this test's CLI child (2 threads, loaded "
+                          "machine), against the goal of 2337 MiB (docs/scale.md)")
 def test_seven_b_layer_prunes_in_bf16_within_the_memory_bound(tmp_path: Path) -> None:
     source = tmp_path / "llama-7b-1layer"
     params = _seven_b_layer(source)
