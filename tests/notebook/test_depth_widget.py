@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from toolkit.notebook.widgets import Dashboard
 
@@ -14,5 +15,6 @@ def test_dashboard_draws_the_layer_scores_of_a_depth_run(tmp_path: Path) -> None
     assert view.status == "finished" and dash.structure.layout.display == "flex"
     depth = view.structure.depth
     assert depth is not None and len(depth.removed) == 1
-    bars = {trace.name: list(trace.x) for trace in dash.figures["depth"].data}
+    figure: Any = dash.figures["depth"]
+    bars = {trace.name: list(trace.x) for trace in figure.data}
     assert bars["removed layer"] == depth.removed and len(bars["kept layer"]) == 1
