@@ -125,3 +125,13 @@ def test_a_run_opens_each_bar_when_its_phase_starts(tmp_path: Path, capsys: pyte
                                           "prune wanda 50%:   0%|          | 0/2", "prune wanda 50%: 100%",
                                           "eval pruned:   0%|          | 0/6", "eval pruned: 100%")]
     assert order == sorted(order), err
+
+
+def test_the_precision_line_says_only_what_the_run_recorded(capsys: pytest.CaptureFixture) -> None:
+    from toolkit.cli.view import precision_summary
+
+    precision_summary({"precision": {"storage": "bfloat16", "saved": "bfloat16"}})  # a block-scope run's record
+    line = capsys.readouterr().out.strip()
+    assert line == "precision: model stored in bfloat16, saved in bfloat16" and "None" not in line
+    precision_summary({})
+    assert capsys.readouterr().out == ""

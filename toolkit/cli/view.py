@@ -237,10 +237,11 @@ def write_json(path: str, data: dict[str, Any]) -> None:
 def precision_summary(result: dict[str, Any]) -> None:
     """The dtypes the run used, and where the compression's time went (seconds per phase, all layers)."""
     precision = result.get("precision") or {}
-    if precision:
-        print(f"precision: model stored in {precision.get('storage')}, layers on the device in "
-              f"{precision.get('layer_on_device')}, passes {precision.get('forward')}, statistics and solves "
-              f"{precision.get('statistics')}, saved in {precision.get('saved')}")
+    words = (("storage", "model stored in"), ("layer_on_device", "layers on the device in"), ("forward", "passes"),
+             ("statistics", "statistics and solves"), ("saved", "saved in"))
+    said = [f"{label} {precision[key]}" for key, label in words if precision.get(key) is not None]
+    if said:  # a block-scope run records fewer of them: say only what it recorded
+        print("precision: " + ", ".join(said))
     phases = result.get("phases") or {}
     if phases:
         layers = len([r for r in result.get("phase_layers", []) if r.get("layer", -1) >= 0]) or 1
