@@ -231,6 +231,15 @@ INPUT_FILE_CASES = [
     BadInput("eval-task-data-without-tasks", "eval --task-data without --tasks",
              ("eval", "--model", "tiny-llama", "--task-data", "local"), 2,
              "--task-data chooses where the zero-shot tasks come from: give --tasks too"),
+    BadInput("prune-eval-windows-eval-none", "prune --eval none with --eval-windows and --eval-dense",
+             (*PRUNE, "--eval", "none", "--eval-windows", "2", "--eval-dense"), 2,
+             "--eval-windows and --eval-dense apply to the perplexity, but --eval none skips the perplexity"),
+    BadInput("prune-task-limit-without-tasks", "prune --task-limit without --tasks",
+             (*PRUNE, "--task-limit", "5"), 2, "--task-limit applies to the zero-shot tasks, which run only with "
+             "--tasks"),
+    BadInput("prune-generate-tokens-without-generate", "prune --generate-tokens without --generate",
+             (*PRUNE, "--generate-tokens", "8"), 2, "--generate-tokens sets the length of --generate's texts: give "
+             "--generate too"),
 ]
 
 CASES: list[BadInput] = [*STORE_CASES, *CLI_CASES, *INPUT_FILE_CASES]

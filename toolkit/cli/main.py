@@ -91,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     _task_args(p, "--task-limit", "zero-shot tasks scored on the dense (cached) and the pruned model")
     p.add_argument("--generate", action="store_true",
                    help="greedy continuations of the fixed prompts from the dense and the pruned model")
-    p.add_argument("--generate-tokens", type=int, default=32, help="new tokens per prompt of --generate")
+    p.add_argument("--generate-tokens", type=int, default=None,
+                   help="new tokens per prompt of --generate (default: 32)")
+    p.set_defaults(task_data=None)  # prune refuses a flag whose stage does not run (toolkit/cli/prune_flags.py)
     p.add_argument("--devices", default="auto",
                    help="prune layers concurrently on these devices, e.g. cuda:0,cuda:1 (needs --propagate dense; "
                         "auto: every GPU when there are several and the inputs are dense)")
@@ -224,6 +226,7 @@ def environment_message(exc: BaseException) -> str:
 def _prune(args: argparse.Namespace) -> int:
     from toolkit.api import RunConfig
     from toolkit.cli.protocol import protocol_line, resolve_sizes
+    from toolkit.cli.prune_flags import check_prune_flags
     from toolkit.evaluation.tasks import parse_task_names
     from toolkit.methods import get_method
     from toolkit.run.inputs import check_input_files
@@ -235,6 +238,7 @@ def _prune(args: argparse.Namespace) -> int:
         check_writable_file(args.json)  # now, not after the run
     eval_text = args.eval or ("none" if args.stream else "wiki")
     eval_data = None if eval_text.lower() == "none" else eval_text
+    check_prune_flags(args, eval_data)
     sparsity = args.sparsity if args.sparsity is not None or args.quant is not None else "50%"
     compression = parse_compression(sparsity, args.quant, args.unit, args.permute)  # parsed once, here at the edge
     sizes = resolve_sizes(args)
@@ -250,7 +254,8 @@ def _prune(args: argparse.Namespace) -> int:
         out_dir=args.out or "runs", save_model=args.save_model, encoding=args.encoding,
         threads=pick_threads(args.threads),
         tasks=tuple(parse_task_names(args.tasks)) if args.tasks is not None else (), task_limit=args.task_limit,
-        task_data=args.task_data, generate=args.generate, generate_tokens=args.generate_tokens,
+        task_data=args.task_data or "auto", generate=args.generate,
+        generate_tokens=args.generate_tokens if args.generate_tokens is not None else RunConfig.generate_tokens,
         allocation=args.allocation, refine=args.refine,
     )
     check_input_files(config)  # before the protocol line: an allocation file against the model's layers
