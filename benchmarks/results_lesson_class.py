@@ -57,6 +57,9 @@ def _profile(record: Record) -> str:
         return "pieced from single runs (FISTAPruner layer 12.5 magnitude layers)"
     layers = reference.get("layer") or {}
     window = float(reference.get("window") or 0)
+    if layers.get("fista") and window and window < 1:  # the same, with the window the old clock overcounted fixed
+        return (f"two quiet lessons, in windows, the window corrected to one (FISTAPruner layer "
+                f"{layers['fista'] / window:.1f} windows)")
     if layers.get("fista") and window and window < 5:  # from the quiet lessons: in units of their window
         return f"two quiet lessons, in windows (FISTAPruner layer {layers['fista'] / window:.1f} windows)"
     ratio = layers.get("fista", 0) / layers["magnitude"] if layers.get("magnitude") else 0
