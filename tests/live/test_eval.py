@@ -46,6 +46,8 @@ def test_status_line_follows_each_evaluation_stage() -> None:
     assert "evaluating pruned · window 40/210" in views.status_markdown(view, 6.0)
     view.apply(EvalProgress(phase="pruned", what="generation", done=2, total=5), 7.0)
     assert progress_line(view, 7.0).startswith("generating pruned · prompt 2/5")
+    view.apply(EvalProgress(phase="pruned", what="speed", done=0, total=1), 7.5)  # a shrunk model being timed
+    assert progress_line(view, 7.5).startswith("measuring the pruned model's decode speed (tokens/s)")
     view.apply(RunFinished(achieved_sparsity=0.5, prune_seconds=1.0, ppl={}, dense_ppl={}), 8.0)
     assert not view.evaluating and progress_line(view, 8.0).endswith("finished")
 

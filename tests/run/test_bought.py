@@ -18,7 +18,7 @@ from toolkit.api import RunConfig, prune_model
 from toolkit.errors import ToolkitError
 from toolkit.evaluation import speed as speed_module
 from toolkit.evaluation.speed import decode_tokens_per_s
-from toolkit.events import Event, RunFinished
+from toolkit.events import EvalProgress, Event, RunFinished
 from toolkit.models.load import load_model
 from toolkit.run import bought as bought_module
 from toolkit.run.accounting import Accounting, dense_bytes, folder_bytes
@@ -87,6 +87,9 @@ def test_a_structured_run_is_shrunk_and_its_decode_speed_measured_dense_and_shru
     assert all(math.isfinite(speed[k]) and speed[k] > 0 for k in ("dense_tokens_per_s", "tokens_per_s"))
     assert [t["batch"] for t in speed["by_batch"]] == [t["batch"] for t in speed["dense_by_batch"]] == [1, 8]
     assert speed["tokens_per_s"] == speed["by_batch"][0]["tokens_per_s"] and speed["threads"] == 1
+    # each timing is a named stage of the run (the status line says so), opened and closed, dense then pruned
+    ticks = [(e.phase, e.done, e.total) for e in events if isinstance(e, EvalProgress) and e.what == "speed"]
+    assert ticks == [("dense", 0, 1), ("dense", 1, 1), ("pruned", 0, 1), ("pruned", 1, 1)]
 
 
 def test_the_dense_speed_is_measured_only_when_the_model_will_shrink(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,7 +30,7 @@ from toolkit.events import (
 from toolkit.store.runs import RunRecord
 from toolkit.store.safe_text import terminal
 
-UNITS = {"perplexity": "window", "generation": "prompt"}  # EvalProgress.what → bar unit (a task: requests)
+UNITS = {"perplexity": "window", "generation": "prompt", "speed": "timing"}  # EvalProgress.what → bar unit
 
 
 class ProgressView:

@@ -83,6 +83,8 @@ class EvalView:
             return f"evaluating {stage.phase} · window {stage.done}/{stage.total}"
         if stage.what == "generation":
             return f"generating {stage.phase} · prompt {stage.done}/{stage.total}"
+        if stage.what == "speed":  # toolkit/run/bought.py: prefill and decode at batch 1 and 8
+            return f"measuring the {stage.phase} model's decode speed (tokens/s)"
         return f"zero-shot {stage.what} ({stage.phase}) · {stage.done}/{stage.total} requests"
 
     def accuracy_rows(self) -> list[AccuracyRow]:

@@ -30,7 +30,7 @@ after it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +54,15 @@ class DensePrice:
     by_batch: tuple[Throughput, ...] = ()  # one per batch size of BATCHES (the first is batch 1)
 
 
-def dense_price(model: nn.Module, device: torch.device, prompt: torch.Tensor, *, shrinks: bool) -> DensePrice:
+Progress = Callable[[int, int], None]  # (done, total) of a speed measurement: the status line names it while it runs
+
+
+def _quiet(done: int, total: int) -> None:
+    """No progress to report."""
+
+
+def dense_price(model: nn.Module, device: torch.device, prompt: torch.Tensor, *, shrinks: bool,
+                progress: Progress = _quiet) -> DensePrice:
     """Measure the dense ``model`` before it is compressed: its bytes, and its decode speed when ``shrinks``.
 
     ``prompt`` is one window of token ids (its first :data:`~toolkit.evaluation.speed.PROMPT_TOKENS`
@@ -67,7 +75,9 @@ def dense_price(model: nn.Module, device: torch.device, prompt: torch.Tensor, *,
         return DensePrice(size)
     ids = [int(i) for i in prompt.reshape(-1)[:PROMPT_TOKENS].tolist()]
     try:
+        progress(0, 1)
         by_batch = tuple(compare([model], ids, device)[0])
+        progress(1, 1)
         return DensePrice(size, by_batch[0].tokens_per_s, ids, by_batch)
     except torch.OutOfMemoryError:  # the model is back where it was (compare)
         torch.cuda.empty_cache()
@@ -83,6 +93,11 @@ def stored_as(accounting: Accounting, quantized: bool) -> str:
     return "shrunk" if shrunk else "dense"
 
 
+def measures_speed(price: DensePrice) -> bool:
+    """Whether :func:`bought` will time the compressed model: the dense one was timed (a shrinking method)."""
+    return price.tokens_per_s is not None
+
+
 def bought(price: DensePrice, model: nn.Module, device: torch.device, accounting: Accounting,
            checkpoint: Mapping[str, Any] | None, *, quantized: bool) -> dict[str, Any]:
     """The ``bought`` record of a compressed ``model`` (see the module docstring).
@@ -90,7 +105,7 @@ def bought(price: DensePrice, model: nn.Module, device: torch.device, accounting
     ``checkpoint`` is the saved checkpoint's report (its ``bytes`` measured on disk), None when the
     run saved none; ``quantized``: the run stored quantization states (a checkpoint saved in the
     ``dense`` format holds them dequantized). Measures the compressed model's decode speed when the
-    dense one was measured and the model shrank.
+    dense one was measured and the model shrank (the caller names that stage: :func:`measures_speed`).
     """
     kind = stored_as(accounting, quantized and (checkpoint is None or checkpoint.get("format") != "dense"))
     measured = checkpoint is not None and checkpoint.get("bytes") is not None

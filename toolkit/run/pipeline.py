@@ -32,8 +32,8 @@ from toolkit.models.quant_checkpoint import StateCollector, check_savable, save_
 from toolkit.models.shrunk import save_shrunk
 from toolkit.models.sources import is_shrunk
 from toolkit.models.stream import StreamedModel, open_streamed
-from toolkit.run.accounting import account, folder_bytes, linear_shapes
-from toolkit.run.bought import bought, dense_price
+from toolkit.run.accounting import Accounting, account, folder_bytes, linear_shapes
+from toolkit.run.bought import DensePrice, bought, dense_price, measures_speed
 from toolkit.run.checks import check_context
 from toolkit.run.config import CancelToken, RunConfig
 from toolkit.run.evals import (
@@ -198,6 +198,18 @@ def engine_config(config: RunConfig) -> EngineConfig:
                         allocation=parse_allocation(config.allocation), refine=parse_refine(config.refine))
 
 
+def _bought(run: Prepared, price: DensePrice, accounting: Accounting, checkpoint: dict[str, Any] | None,
+            ticks: ProgressEvents) -> dict[str, Any]:
+    """The run's ``bought`` record; while it times the compressed model the status line says so."""
+    tick = ticks.callback("pruned", "speed") if measures_speed(price) else None
+    if tick is not None:
+        tick(0, 1)
+    found = bought(price, run.loaded.model, run.device, accounting, checkpoint, quantized=run.config.quant is not None)
+    if tick is not None:
+        tick(1, 1)
+    return found
+
+
 def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[Event], None],
          ticks: ProgressEvents, stage: Stage) -> dict[str, Any]:
     """RunStarted, dense evaluations, compression, checkpoint and result.json, pruned evaluations, RunFinished.
@@ -217,7 +229,8 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
     stage.name = "dense evaluation"
     dense_ppl, dense_cached = _dense_eval(config, run, record, ticks)
     dense = _dense_extras(config, run, record, ticks)
-    price = dense_price(model, run.device, run.calibration[0], shrinks=run.spec.scope is Scope.BLOCK)  # before pruning
+    price = dense_price(model, run.device, run.calibration[0], shrinks=run.spec.scope is Scope.BLOCK,  # before pruning
+                        progress=ticks.callback("dense", "speed"))
     stage.name = "compression"
     before = linear_shapes(model)
     devices = used_devices(run.device, run.engine_cfg, config.propagate or run.spec.propagate)
@@ -252,8 +265,7 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
     ppl: dict[str, float] = {}  # the summary holds this dict: filled below, after result.json was written
     summary = result_record(config, run, result, accounting, ppl, dense_ppl)
     summary.update(dense_ppl_cached=dense_cached, run_id=writer.run_id, run_dir=str(writer.path), checkpoint=checkpoint,
-                   gpu_peak_mb=peak, bought=bought(price, model, run.device, accounting, checkpoint,
-                                                   quantized=config.quant is not None),
+                   gpu_peak_mb=peak, bought=_bought(run, price, accounting, checkpoint, ticks),
                    devices=devices_label(run.device, run.engine_cfg, config.propagate or run.spec.propagate),
                    zero_pattern=zero_pattern(model, zeros, run.spec.name))
     writer.write_result(summary)
