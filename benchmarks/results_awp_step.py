@@ -102,8 +102,10 @@ AWP_STEP_SECTIONS = [
         "rows of the quantizer table above (an earlier commit, group 128 then the default); the step variants "
         "ran on the shared 2-core development machine beside other jobs, one thread, so their seconds are loose "
         "upper bounds. \"not measured\": did not fit in the session's time.",
-        'B="python -m benchmarks.bench_prune --json benchmarks/results/awp_step_cpu.jsonl --runs"\n'
-        '$B "awp@int4:g128:step=spectral" "awp@int4:g128:step=backtracking"',
+        'python -m benchmarks.bench_prune --runs "awp@int4:g128:step=spectral" \\\n'
+        '      --json benchmarks/results/awp_step_cpu.jsonl\n'
+        'python -m benchmarks.bench_awp_step --runs "awp@int4:g128:step=backtracking" \\\n'
+        '      --json benchmarks/results/awp_step_cpu.jsonl   # no dense re-evaluation (dense_ppl null)',
     ),
     Section(
         "AWP quantization diagnosis per linear (INT4 g128, 10 iterations)",
