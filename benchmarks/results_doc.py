@@ -18,6 +18,7 @@ from benchmarks.results_allocation import ALLOCATION_SECTIONS
 from benchmarks.results_awp_step import AWP_STEP_SECTIONS
 from benchmarks.results_depth import DEPTH_SECTIONS
 from benchmarks.results_lesson_class import LESSON_CLASS_SECTIONS
+from benchmarks.results_permute import PERMUTE_SECTIONS
 from benchmarks.results_presets import PRESET_SECTIONS
 from benchmarks.results_read import RESULTS, ROOT, Lines, Section, commits, protocol_lines, records_of, rel, stamps
 from benchmarks.results_render import (
@@ -289,6 +290,7 @@ python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four run
     *ALLOCATION_SECTIONS,
     *PRESET_SECTIONS,
     *DEPTH_SECTIONS,
+    *PERMUTE_SECTIONS,
     *LESSON_CLASS_SECTIONS,
     *AWP_STEP_SECTIONS,
     Section(
