@@ -389,7 +389,7 @@ def build_page() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Write ``docs/results.md``, or with ``--check`` exit 1 when it differs from what would be written."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with docs/results.md instead of writing it")
     args = parser.parse_args(argv)
     page = build_page()
