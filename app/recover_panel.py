@@ -155,8 +155,10 @@ def result_markdown(view: RecoveryView) -> str:
         lines.append(f"| perplexity ({name}) | {before:.3f} | {after:.3f} | {change} |")
     if view.losses:
         lines.append(f"| loss (step 1 → {view.step}) | {view.losses[0]:.4f} | {view.losses[-1]:.4f} | |")
-    lines.append(f"\nRecovered run `{view.run_id}` (parent `{view.parent}`, {view.label}, the masks kept) · "
+    masks = "the masks kept" if not view.warnings else "the masks applied: see the warnings below"
+    lines.append(f"\nRecovered run `{view.run_id}` (parent `{view.parent}`, {view.label}, {masks}) · "
                  f"training {view.train_seconds:.1f} s · it is listed above after Refresh.")
+    lines += [f"\n⚠ {page_words(warning)}" for warning in view.warnings]  # e.g. keep-masks that keep zeros
     return "\n".join(lines)
 
 

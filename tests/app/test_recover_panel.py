@@ -67,3 +67,16 @@ def test_cancel_stops_the_recovery_and_marks_the_new_run(store: Path, parent: Pa
     (child,) = [r for r in list_runs(store) if r.config.get("method") == "recover"]
     assert child.status == "cancelled" and not (child.path / "model").exists()
     assert cancel_message("panel-nothing", str(store)).startswith("Nothing to cancel")
+
+
+def test_a_finished_recovery_shows_its_warnings_instead_of_claiming_the_masks_kept() -> None:
+    from app.recover_panel import result_markdown
+    from toolkit.live.recovery import RecoveryView
+
+    view = RecoveryView(status="finished", run_id="r2", parent="r1", label="50%", ppl_before={"wiki": 30.0},
+                        ppl_after={"wiki": 25.0}, train_seconds=1.0)
+    assert "the masks kept" in result_markdown(view) and "⚠" not in result_markdown(view)
+    view.warnings.append("the stored keep-masks keep 2,048 weights that are exactly 0 in the saved model")
+    text = result_markdown(view)
+    assert "the masks kept)" not in text and "see the warnings below" in text
+    assert "⚠ the stored keep-masks keep 2,048 weights" in text
