@@ -10,15 +10,18 @@ JSON says so). Every run is also recorded in the run store (``--out``).
 A run is written ``method@sparsity[+quant][:key=value,key=value]``: ``awp@50%+int4``,
 ``rtn@int3`` (quantization only), ``numerical@structured:30%:unit=heads`` (``unit`` and ``quant``
 given as options go to the spec, not to the method; so does ``permute=1``: ``wanda@2:4:permute=1``).
+
+``--no-dense`` leaves the dense perplexity out (``dense_ppl`` null) where the protocol's is already
+recorded: on a shared 2-core machine its 210-window evaluation costs as much as the run measured
+(AWP's step-size runs, ``benchmarks/results/awp_step_cpu.jsonl``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from benchmarks.host_clock import Clock
+from benchmarks.records import emit
 from toolkit.api import RunConfig, prune_model
 
 
@@ -54,6 +57,7 @@ def main() -> None:
     parser.add_argument("--eval-seqlen", type=int, default=512)
     parser.add_argument("--eval-windows", type=int, default=None)
     parser.add_argument("--no-eval", action="store_true", help="speed only: prune, skip every perplexity")
+    parser.add_argument("--no-dense", action="store_true", help="skip the dense perplexity (dense_ppl null)")
     parser.add_argument("--propagate", default=None, help="pruned | dense; default: the method's")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto", help="storage dtype: auto | float32 | bfloat16 | float16")
@@ -68,7 +72,7 @@ def main() -> None:
         config = RunConfig(model=args.model, method=method, **fields, permute=permute, options=options,
                            nsamples=args.nsamples, seqlen=args.seqlen, seed=args.seed, eval_seqlen=args.eval_seqlen,
                            eval_windows=args.eval_windows, eval_data=None if args.no_eval else "wiki",
-                           eval_dense=not args.no_eval, device=args.device, propagate=args.propagate,
+                           eval_dense=not (args.no_eval or args.no_dense), device=args.device, propagate=args.propagate,
                            out_dir=args.out, dtype=args.dtype, forward_dtype=args.forward_dtype)
         start = Clock.now()
         result = prune_model(config)
@@ -87,11 +91,7 @@ def main() -> None:
             "device": result["device"], "protocol": result["protocol"], "run_dir": result["run_dir"],
             "versions": result["versions"],
         }
-        print(json.dumps(record), flush=True)
-        if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            with open(args.json, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+        emit(record, args.json)
 
 
 if __name__ == "__main__":

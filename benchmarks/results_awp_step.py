@@ -104,7 +104,7 @@ AWP_STEP_SECTIONS = [
         "upper bounds. \"not measured\": did not fit in the session's time.",
         'python -m benchmarks.bench_prune --runs "awp@int4:g128:step=spectral" \\\n'
         '      --json benchmarks/results/awp_step_cpu.jsonl\n'
-        'python -m benchmarks.bench_awp_step --runs "awp@int4:g128:step=backtracking" \\\n'
+        'python -m benchmarks.bench_prune --no-dense --runs "awp@int4:g128:step=backtracking" \\\n'
         '      --json benchmarks/results/awp_step_cpu.jsonl   # no dense re-evaluation (dense_ppl null)',
     ),
     Section(
