@@ -23,19 +23,6 @@ from toolkit.store.runs import list_runs, open_run
 QUICK = {"steps": 4, "lr": 1e-2}
 
 
-@pytest.fixture(scope="module")
-def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny wanda 50% run with its model saved, in a store of its own (shared: tests never write into it)."""
-    return parent_run(tmp_path_factory.mktemp("parent-store"))
-
-
-@pytest.fixture
-def store(parent: Path, tmp_path: Path) -> Path:
-    """A fresh store holding a copy of the parent run (so each test sees only its own new runs)."""
-    shutil.copytree(parent, tmp_path / parent.name)
-    return tmp_path
-
-
 def _recover(store: Path, **settings: object) -> dict:
     (folder,) = [p for p in store.iterdir() if "wanda" in p.name]
     return recover_model(run=folder, **{**QUICK, **settings})

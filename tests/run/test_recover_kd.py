@@ -7,26 +7,14 @@ the parent's folder as it was; a teacher that cannot be found is one line before
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.recovery import fingerprint, parent_run, pruned_nonzero
+from tests.helpers.recovery import fingerprint, pruned_nonzero
 from toolkit.api import recover_model
 from toolkit.errors import ToolkitError
 from toolkit.run.recover_config import RecoverConfig
-
-
-@pytest.fixture(scope="module")
-def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return parent_run(tmp_path_factory.mktemp("kd-parent"))
-
-
-@pytest.fixture
-def store(parent: Path, tmp_path: Path) -> Path:
-    shutil.copytree(parent, tmp_path / parent.name)
-    return tmp_path
 
 
 @pytest.mark.parametrize("loss", ["kd", "kd+lm"])

@@ -7,13 +7,11 @@ measured numbers, never "every pruned weight is exactly 0" and the parent's spar
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.helpers.recovery import parent_run
 from toolkit.api import recover_model
 from toolkit.cli.recover import summary_lines, zeros_line
 from toolkit.events import RunWarning
@@ -24,17 +22,6 @@ from toolkit.store.writer import mask_file
 
 QUICK = {"steps": 3, "lr": 1e-2}
 LINEAR = (0, "self_attn.q_proj")
-
-
-@pytest.fixture(scope="module")
-def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny wanda 50% run with its model saved (shared: tests copy it before changing anything)."""
-    return parent_run(tmp_path_factory.mktemp("zeros-parent"))
-
-
-def _copy(parent: Path, tmp_path: Path) -> Path:
-    shutil.copytree(parent, tmp_path / parent.name)
-    return tmp_path / parent.name
 
 
 def _zeros(model_dir: Path) -> tuple[int, int, int]:
@@ -50,8 +37,8 @@ def _zeros(model_dir: Path) -> tuple[int, int, int]:
     return zeros, total, linear
 
 
-def test_a_faithful_recovery_counts_its_zeros_on_the_recovered_weights(parent: Path, tmp_path: Path) -> None:
-    folder = _copy(parent, tmp_path)
+def test_a_faithful_recovery_counts_its_zeros_on_the_recovered_weights(parent: Path, store: Path) -> None:
+    folder = store / parent.name
     result = recover_model(run=folder, **QUICK)
     zeros_before, total, _ = _zeros(folder / "model")
     zeros_after, _, _ = _zeros(Path(result["run_dir"]) / "model")
@@ -66,8 +53,8 @@ def test_a_faithful_recovery_counts_its_zeros_on_the_recovered_weights(parent: P
     assert f"achieved sparsity {zeros_after / total:.4f} (counted on the recovered weights" in line
 
 
-def test_a_mask_file_rewritten_to_keep_everything_is_reported_not_hidden(parent: Path, tmp_path: Path) -> None:
-    folder = _copy(parent, tmp_path)
+def test_a_mask_file_rewritten_to_keep_everything_is_reported_not_hidden(parent: Path, store: Path) -> None:
+    folder = store / parent.name
     layer, name = LINEAR
     keep = open_run(folder).load_mask(layer, name)
     np.savez(folder / "masks" / mask_file(layer, name), bits=np.packbits(np.ones(keep.size, dtype=bool)),
