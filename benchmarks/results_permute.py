@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.results_read import Lines, Section, first_value, num, records_of, table_lines
+from benchmarks.results_read import Lines, Section, first_value, newest_by_run, num, records_of, table_lines
 
 PERMUTED = ("wanda", "sparsegpt")  # the methods measured with --permute
 
@@ -17,14 +17,9 @@ def _commit(record: dict) -> str:
 
 def render_permute(paths: list[Path]) -> Lines:
     """One row per run: the permuted runs, RIA, and the same methods' unpermuted 2:4 runs; newest run of a name."""
-    runs: dict[str, dict] = {}
-    for r in records_of(paths):
-        if r.get("benchmark") != "prune" or not ((r.get("protocol") or {}).get("evaluation") or {}).get("all_windows"):
-            continue
-        if r.get("method") == "ria" or (r.get("method") in PERMUTED and r.get("sparsity") == "2:4"):
-            older = runs.get(r["run"])
-            if older is None or Path(str(r.get("run_dir", ""))).name >= Path(str(older.get("run_dir", ""))).name:
-                runs[r["run"]] = r
+    runs = newest_by_run(r for r in records_of(paths) if r.get("benchmark") == "prune"
+                         and ((r.get("protocol") or {}).get("evaluation") or {}).get("all_windows")
+                         and (r.get("method") == "ria" or (r.get("method") in PERMUTED and r.get("sparsity") == "2:4")))
     if not runs:
         return ["No RIA or permutation measurement yet."]
     rows = [[f"`{name}`", r.get("sparsity", ""), "yes" if r.get("permute") else "no", num(first_value(r.get("ppl"))),

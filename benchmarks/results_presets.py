@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.results_read import Lines, Record, Section, num, records_of, table_lines
+from benchmarks.results_read import Lines, Record, Section, newest_by_run, num, records_of, table_lines
 
 BASELINES = {"magnitude@50%": "magnitude", "wanda@50%": "Wanda", "sparsegpt@50%": "SparseGPT",
              "thanos@50%": "Thanos"}
@@ -32,14 +32,8 @@ def _quick(records: list[Record]) -> dict[str, Record]:
 
 def _cpu(records: list[Record]) -> dict[str, Record]:
     """The CPU protocol's run of each name; where a name was measured more than once, the newest run."""
-    found: dict[str, Record] = {}
-    for r in records:
-        evaluation = (r.get("protocol") or {}).get("evaluation") or {}
-        if r.get("benchmark") == "prune" and r.get("propagate") == "pruned" and evaluation.get("all_windows"):
-            older = found.get(r["run"])
-            if older is None or Path(str(r.get("run_dir", ""))).name >= Path(str(older.get("run_dir", ""))).name:
-                found[r["run"]] = r
-    return found
+    return newest_by_run(r for r in records if r.get("benchmark") == "prune" and r.get("propagate") == "pruned"
+                         and ((r.get("protocol") or {}).get("evaluation") or {}).get("all_windows"))
 
 
 def _rank(runs: dict[str, Record], fista_run: str, run: str) -> str:

@@ -49,6 +49,16 @@ def records_of(paths: Iterable[Path]) -> list[Record]:
     return [record for path in paths for record in read_records(path)]
 
 
+def newest_by_run(records: Iterable[Record]) -> dict[str, Record]:
+    """Each ``run`` name's newest record (by its run folder's timestamped name), in first-seen order."""
+    found: dict[str, Record] = {}
+    for r in records:
+        older = found.get(r["run"])
+        if older is None or Path(str(r.get("run_dir", ""))).name >= Path(str(older.get("run_dir", ""))).name:
+            found[r["run"]] = r
+    return found
+
+
 def rel(path: Path) -> str:
     """The path relative to the repository root, as the page cites it."""
     return path.relative_to(ROOT).as_posix()
