@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from toolkit.cli.protocol import parse_windows
+from toolkit.cli.prune_flags import applies
 from toolkit.errors import ToolkitError
 from toolkit.evaluation.tasks import AUTO
 
@@ -46,7 +47,7 @@ def check_applicable(args: argparse.Namespace, data: str | None) -> None:
         if given:
             why = "--data none skips the perplexity" if args.data is not None else \
                 "with --tasks the perplexity is scored only when --data is given"
-            raise ToolkitError(f"{' and '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to the perplexity, but "
+            raise ToolkitError(f"{applies(given)} to the perplexity, but "
                                f"{why}: give --data wiki (or a text) to score it, or drop {' and '.join(given)}")
     if args.tasks is None and getattr(args, "task_data", None) is not None:
         raise ToolkitError("--task-data chooses where the zero-shot tasks come from: give --tasks too, or drop it")

@@ -21,7 +21,8 @@ def _given(args: argparse.Namespace, flags: tuple[tuple[str, str], ...]) -> list
     return [flag for name, flag in flags if getattr(args, name, None) is not None]
 
 
-def _applies(flags: list[str]) -> str:
+def applies(flags: list[str]) -> str:
+    """``--a applies`` / ``--a and --b apply``: the start of a refusal of flags whose stage does not run."""
     return f"{' and '.join(flags)} appl{'ies' if len(flags) == 1 else 'y'}"
 
 
@@ -32,10 +33,10 @@ def check_prune_flags(args: argparse.Namespace, eval_data: str | None) -> None:
         if given:
             why = ("--stream scores no perplexity unless --eval is given" if getattr(args, "stream", False)
                    and args.eval is None else "--eval none skips the perplexity")
-            raise ToolkitError(f"{_applies(given)} to the perplexity, but {why}: give --eval wiki (or a text) to "
+            raise ToolkitError(f"{applies(given)} to the perplexity, but {why}: give --eval wiki (or a text) to "
                                f"score it, or drop {' and '.join(given)}")
     if getattr(args, "tasks", None) is None and (given := _given(args, TASK_FLAGS)):
-        raise ToolkitError(f"{_applies(given)} to the zero-shot tasks, which run only with --tasks: give --tasks "
+        raise ToolkitError(f"{applies(given)} to the zero-shot tasks, which run only with --tasks: give --tasks "
                            f"too, or drop {' and '.join(given)}")
     if not getattr(args, "generate", False) and getattr(args, "generate_tokens", None) is not None:
         raise ToolkitError("--generate-tokens sets the length of --generate's texts: give --generate too, or drop it")
