@@ -112,7 +112,6 @@ class LessonClock:
     index: int = 0  # the run under way (== len(runs) when every run has ended)
     boundary: float = math.nan  # consumer clock at the last boundary event
     pieces: list[tuple[float, float, float, str, float]] = field(default_factory=list)  # at, s, ref. s, kind, units
-    dense_cached: bool = False  # the first run found the dense perplexity in the cache
 
     def __post_init__(self) -> None:
         self.boundary = self.started_at
@@ -137,10 +136,8 @@ class LessonClock:
             self._sizes(event.num_layers, event.method)
             self._spend(run, "load", 1, now, paced=self.index > 0)
             self._stage(run, "dense evaluation", "", 0, 0)
-        elif isinstance(event, EvalPoint) and event.which == "dense" and event.cached:
-            self.dense_cached = True
-            if self.index == 0:  # only the first run's work counted the dense windows (_work)
-                run.left["window"] = max(0.0, run.left.get("window", 0) - self.windows)
+        elif isinstance(event, EvalPoint) and event.which == "dense" and event.cached and self.index == 0:
+            run.left["window"] = max(0.0, run.left.get("window", 0) - self.windows)  # only the first counted them
         elif isinstance(event, EvalProgress):
             self._tick(run, event, now)
         elif isinstance(event, LayerStarted):
