@@ -18,6 +18,7 @@ file is one line and leaves nothing in the run store, in memory and with ``--str
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,8 +131,13 @@ def check_calibration_length(config: RunConfig) -> None:
                            f"{config.nsamples} × {config.seqlen}; lower --nsamples or --seqlen, or use a longer text")
 
 
+@functools.lru_cache(maxsize=4)
 def _token_count(model: str, text: str) -> int | None:
-    """The tokens of ``text`` under ``model``'s tokenizer, read without the model; None when it cannot be."""
+    """The tokens of ``text`` under ``model``'s tokenizer, read without the model; None when it cannot be.
+
+    Cached: the CLI checks a run's input files before its protocol line and the run checks them again
+    before its model loads; the same text is tokenized once.
+    """
     name = model.strip()
     if name.startswith("tiny-"):
         return len(ByteCodec().encode(text))
