@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,8 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from toolkit.engine.capture import capture_layer_inputs, outside_layers_on, recording_layers, run_layer
-from toolkit.errors import NumericalError, RunCancelled
-from toolkit.evaluation.perplexity import _head_matches, _own_window_nlls, _split_head, _window_nlls
+from toolkit.errors import RunCancelled
+from toolkit.evaluation.perplexity import _head_matches, _own_window_nlls, _split_head, _window_nlls, perplexity_of
 from toolkit.models.stream import StreamedModel
 from toolkit.runtime.placement import placed
 
@@ -109,7 +108,4 @@ def streamed_perplexity(
                     with replaying(layers, final[row : row + 1]):
                         nlls.extend(_own_window_nlls(model, window).tolist())
     progress(total, total)
-    mean = sum(nlls) / len(nlls)
-    if not math.isfinite(mean):
-        raise NumericalError("the loss is not finite: the model produces NaN/Inf logits")
-    return math.exp(mean)
+    return perplexity_of(nlls)

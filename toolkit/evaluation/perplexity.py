@@ -72,6 +72,11 @@ def perplexity(
                 progress(min(start + batch_size, windows.shape[0]), windows.shape[0])
     finally:
         model.to(home)
+    return perplexity_of(nlls)
+
+
+def perplexity_of(nlls: list[float]) -> float:
+    """exp(mean of the windows' NLLs); :class:`NumericalError` when the mean is not finite."""
     mean = sum(nlls) / len(nlls)
     if not math.isfinite(mean):
         raise NumericalError("the loss is not finite: the model produces NaN/Inf logits")
