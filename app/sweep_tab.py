@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app import forms, howto
+from app import forms, frontier_view, howto
 from app.howto import Plot
 from app.jobs import DONE, SESSIONS, Job, device_queue
 from app.run_tab import PERIOD, _wait_turn, error_status, session_of
@@ -223,6 +223,7 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
             results = gr.Dataframe(headers=list(COLUMNS), value=[], interactive=False, label="Results",
                                    elem_id="sweep-table")
             csv = gr.File(label="Results as CSV", interactive=False, elem_id="sweep-csv")
+            frontier_view.build(gr, runs_dir=runs_dir)
     outputs = {"status": status, "curve": curve, "accuracy": accuracy, "bits_curve": bits_curve, "table": results,
                "csv": csv, "estimate": timing}
     fields = {model, model_path, methods, sparsities, bits, allocations, seeds, *protocol.components}

@@ -17,6 +17,7 @@ from pathlib import Path
 from benchmarks.results_allocation import ALLOCATION_SECTIONS
 from benchmarks.results_awp_step import AWP_STEP_SECTIONS
 from benchmarks.results_depth import DEPTH_SECTIONS
+from benchmarks.results_frontier import FRONTIER_SECTIONS, draw_png
 from benchmarks.results_lesson_class import LESSON_CLASS_SECTIONS
 from benchmarks.results_permute import PERMUTE_SECTIONS
 from benchmarks.results_presets import PRESET_SECTIONS
@@ -290,6 +291,7 @@ python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four run
     *ALLOCATION_SECTIONS,
     *PRESET_SECTIONS,
     *DEPTH_SECTIONS,
+    *FRONTIER_SECTIONS,
     *PERMUTE_SECTIONS,
     *LESSON_CLASS_SECTIONS,
     *AWP_STEP_SECTIONS,
@@ -402,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     PAGE.parent.mkdir(parents=True, exist_ok=True)
     PAGE.write_text(page, encoding="utf-8")
     print(f"wrote {rel(PAGE)}")
+    drawn = draw_png()  # the frontier section's figure, when it has records
+    if drawn is not None:
+        print(f"wrote {rel(drawn)}")
     return 0
 
 

@@ -109,8 +109,10 @@ def pivot(records: list[Record], row: Callable[[Record], str], column: Callable[
     return table_lines(["", *columns], body)
 
 
-def first_value(values: dict | None) -> float | None:
-    """The one dataset's value of a ``ppl`` dict (None when empty)."""
+def first_value(values: dict | float | None) -> float | None:
+    """The one dataset's value of a ``ppl`` dict (None when empty); a record's bare number as it is."""
+    if isinstance(values, int | float):
+        return float(values)
     return next(iter(values.values()), None) if values else None
 
 
@@ -132,14 +134,17 @@ def achieved_cell(record: Record) -> str:
 def protocol_text(record: Record) -> str:
     """One record's protocol, from its ``protocol`` field."""
     proto = record.get("protocol") or {}
-    cal, ev = proto.get("calibration") or {}, proto.get("evaluation")
-    parts = [proto.get("model_label", record.get("model", "")),
-             f"calibration {cal.get('source')} {cal.get('split')} {cal.get('nsamples')} × {cal.get('seqlen')}, "
-             f"seed {cal.get('seed')}"]
+    cal, ev = proto.get("calibration"), proto.get("evaluation")
+    parts = [proto.get("model_label", record.get("model", ""))]
+    if cal:  # a record of the dense source alone has no calibration
+        parts.append(f"calibration {cal.get('source')} {cal.get('split')} {cal.get('nsamples')} × "
+                     f"{cal.get('seqlen')}, seed {cal.get('seed')}")
     if ev:
         scope = "all windows" if ev.get("all_windows") else "the first windows only"
-        parts.append(f"evaluation {ev['dataset']} {ev['split']}, seqlen {ev['seqlen']}, {ev['windows']} windows "
-                     f"({ev['tokens']:,} tokens, {scope})")
+        size = ", ".join([*([f"{ev['tokens']:,} tokens"] if "tokens" in ev else []),
+                          *([scope] if "all_windows" in ev or "tokens" in ev else [])])
+        parts.append(f"evaluation {ev['dataset']} {ev['split']}, seqlen {ev['seqlen']}, {ev['windows']} windows"
+                     + (f" ({size})" if size else ""))
     else:
         parts.append("no perplexity evaluation")
     if proto.get("threads"):
@@ -147,7 +152,7 @@ def protocol_text(record: Record) -> str:
     dense = first_value(record.get("dense_ppl"))
     if dense is not None:
         parts.append(f"dense perplexity {dense:.2f}")
-    return "; ".join(parts)
+    return "; ".join(part for part in parts if part)
 
 
 def protocol_lines(records: list[Record]) -> Lines:

@@ -1,6 +1,6 @@
 """One plotly trace drawn on a matplotlib Axes (the trace half of :mod:`toolkit.figures.paper`).
 
-``scatter`` → ``Axes.plot`` (lines/markers, dash, width, opacity and symbol kept; per-point marker
+``scatter`` → ``Axes.plot`` (lines/markers, dash, width, opacity and symbol kept, "-open" hollow; per-point marker
 colours as ``Axes.scatter``) and text labels; ``bar`` → grouped ``Axes.bar`` (offset
 ``(i − (n−1)/2)·w`` for the i-th of n bar traces, w = 0.8/n; per-bar colours and opacity kept);
 ``histogram`` → ``Axes.hist``; a trace without a colour gets the one plotly gives it (``color``,
@@ -132,14 +132,16 @@ def _scatter(ax: Any, trace: Mapping[str, Any], default: Any) -> None:
         points = _scaled(marker)  # numbers on a colour scale (rounds of a solver): one colour per point
     color = mpl_color(line.get("color")) or (points if not isinstance(points, list) else None) or default
     style = DASHES.get(str(line.get("dash", "solid")), "--") if "lines" in mode else "none"
-    symbol = SYMBOLS.get(str(marker.get("symbol", "circle")), "o") if "markers" in mode else None
+    shape = str(marker.get("symbol", "circle"))
+    symbol = SYMBOLS.get(shape.removesuffix("-open"), "o") if "markers" in mode else None
     size = marker.get("size")
     size = float(size) * 0.6 if isinstance(size, int | float) else None  # plotly px → points, as line widths
     alpha = float(trace.get("opacity", 1.0))
     per_point = points if isinstance(points, list) and symbol is not None else None
     own = points if points is not None and not isinstance(points, list) else color  # markers keep their colour
     ax.plot(xs, ys, linestyle=style, marker=None if per_point else symbol, color=color, label=_label(trace),
-            linewidth=line_width(line), markersize=size, alpha=alpha, markerfacecolor=own, markeredgecolor=own)
+            linewidth=line_width(line), markersize=size, alpha=alpha,
+            markerfacecolor="none" if shape.endswith("-open") else own, markeredgecolor=own)
     if per_point is not None:
         ax.scatter(xs, ys, c=per_point[: len(xs)], marker=symbol, s=(size or 3.5) ** 2, alpha=alpha, zorder=3)
     if "text" in mode:
