@@ -18,6 +18,7 @@ from toolkit.cli.main import main
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import EvalPoint, RecoveryStep, RunFailed, RunFinished, RunStarted
 from toolkit.run import recover as recover_module
+from toolkit.run import recover_train as recover_train_module
 from toolkit.store.runs import list_runs, open_run
 
 QUICK = {"steps": 4, "lr": 1e-2}
@@ -211,7 +212,7 @@ def test_ctrl_c_in_the_cli_marks_the_new_run_cancelled(store: Path, capsys: pyte
     def interrupted(*args: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(recover_module, "train", interrupted)
+    monkeypatch.setattr(recover_train_module, "train", interrupted)
     assert _cli([str(folder), "--steps", "2"]) == 130
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("cancelled")]
     assert err == [f"cancelled: recovery cancelled; run {folder.name} and its model are unchanged; "

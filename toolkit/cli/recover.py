@@ -1,5 +1,8 @@
 """``python -m toolkit recover RUN``: a recovery fine-tune of a saved run, keeping its masks (docs/recover.md).
 
+``--train lora`` (the default) trains masked-LoRA adapters and merges them; ``--train full`` trains the
+decoder-layer linears themselves (their keep-masks kept; ``--rank``/``--alpha`` are refused with it).
+
 :func:`add_recover_command` adds the sub-command to the main parser and :func:`run_recover` runs
 it. A user's mistake raises :class:`ToolkitError` before any work (the main entry prints it as one
 ``error:`` line, exit 2); a cancel (Ctrl-C) raises :class:`RunCancelled`, whose message says that the
@@ -17,7 +20,15 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from toolkit.events import Event, RecoveryStep, RunStarted, RunWarning
-from toolkit.run.recover_config import DEFAULT_ALPHA, DEFAULT_LR, DEFAULT_RANK, DEFAULT_STEPS, TOKENS_PER_STEP
+from toolkit.run.recover_config import (
+    DEFAULT_ALPHA,
+    DEFAULT_FULL_LR,
+    DEFAULT_LR,
+    DEFAULT_RANK,
+    DEFAULT_STEPS,
+    TOKENS_PER_STEP,
+    TRAINS,
+)
 
 SMOOTH = 5  # the loss summary compares the mean of the first and of the last SMOOTH steps
 
@@ -25,16 +36,21 @@ SMOOTH = 5  # the loss summary compares the mean of the first and of the last SM
 def add_recover_command(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``recover`` to ``subparsers`` (the main parser's ``add_subparsers()``); returns its parser."""
     p = subparsers.add_parser(
-        "recover", help="recovery fine-tune of a saved run with its masks kept (masked LoRA); a new, linked run",
-        description="Fine-tune the saved model of a prune run with masked LoRA (ΔW = (s·BA) ⊙ M, so every pruned "
-                    "weight stays exactly 0) on the run's calibration text; merge, save and evaluate it as a new "
-                    "run in the same store.")
+        "recover", help="recovery fine-tune of a saved run with its masks kept (masked LoRA or full); a new, "
+                        "linked run",
+        description="Fine-tune the saved model of a prune run on the run's calibration text, with masked LoRA "
+                    "(ΔW = (s·BA) ⊙ M) or, with --train full, the linear weights themselves (gradients masked), so "
+                    "every pruned weight stays exactly 0; save and evaluate it as a new run in the same store.")
     p.add_argument("run", metavar="RUN", help="a run folder of the store with a saved model (prune --save-model)")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"AdamW steps (default {DEFAULT_STEPS})")
-    p.add_argument("--rank", type=int, default=DEFAULT_RANK, help=f"LoRA rank r (default {DEFAULT_RANK})")
-    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
-                   help=f"LoRA alpha; the update is scaled by alpha/rank (default {DEFAULT_ALPHA:g})")
-    p.add_argument("--lr", type=float, default=DEFAULT_LR, help=f"peak learning rate (default {DEFAULT_LR:g})")
+    p.add_argument("--train", default="lora",  # checked by RecoverConfig: one line, not argparse's usage
+                   help=f"{' | '.join(TRAINS)}: masked-LoRA adapters, merged (lora), or the decoder-layer linear "
+                        "weights themselves (full) (default lora)")
+    p.add_argument("--rank", type=int, default=None, help=f"LoRA rank r (default {DEFAULT_RANK}; lora only)")
+    p.add_argument("--alpha", type=float, default=None,
+                   help=f"LoRA alpha; the update is scaled by alpha/rank (default {DEFAULT_ALPHA:g}; lora only)")
+    p.add_argument("--lr", type=float, default=None,
+                   help=f"peak learning rate (default {DEFAULT_LR:g} with lora, {DEFAULT_FULL_LR:g} with full)")
     p.add_argument("--batch-size", type=int, default=None,
                    help=f"calibration windows per step (default: max(1, {TOKENS_PER_STEP} // seqlen), "
                         f"about {TOKENS_PER_STEP} tokens a step)")
@@ -67,7 +83,7 @@ def run_recover(args: argparse.Namespace) -> int:
         result = recover_model(run=args.run, steps=args.steps, rank=args.rank, alpha=args.alpha, lr=args.lr,
                                batch_size=args.batch_size, seqlen=args.seqlen, seed=args.seed,
                                eval_windows=args.eval_windows, device=args.device, out_dir=args.out,
-                               loss=args.loss, temperature=args.temperature,
+                               loss=args.loss, temperature=args.temperature, train=args.train,
                                on_event=view.on_event, on_progress=view.on_progress)
     finally:
         view.close()
@@ -122,10 +138,15 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     """The closing lines: what was trained, the loss, perplexity before → after, time, the new run's folder."""
     options = result.get("options") or {}
     losses = [float(x) for x in result.get("loss") or []]
+    if options.get("train") == "full":
+        what = (f"full fine-tune, lr {options.get('lr'):g}, {options.get('trainable', 0):,} weights trained "
+                f"directly on {options.get('linears')} linears")
+    else:
+        what = (f"rank {options.get('rank')}, alpha {options.get('alpha'):g}, lr {options.get('lr'):g}, "
+                f"{options.get('trainable', 0):,} adapter weights on {options.get('linears')} linears")
     lines = [f"recovered run {result['parent']} ({result.get('parent_method')} {result['compression'].get('label')}):"
              f" {options.get('steps')} steps × {options.get('batch_size')} windows of {options.get('seqlen')} "
-             f"tokens, rank {options.get('rank')}, alpha {options.get('alpha'):g}, lr {options.get('lr'):g}, "
-             f"{options.get('trainable', 0):,} adapter weights on {options.get('linears')} linears"]
+             f"tokens, {what}"]
     if losses:
         first = sum(losses[:SMOOTH]) / len(losses[:SMOOTH])
         last = sum(losses[-SMOOTH:]) / len(losses[-SMOOTH:])

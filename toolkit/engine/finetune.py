@@ -1,9 +1,12 @@
-"""The recovery fine-tune: masked-LoRA steps on calibration windows (behind :mod:`toolkit.run.recover`).
+"""The recovery fine-tune: AdamW steps on calibration windows (behind :mod:`toolkit.run.recover`).
 
 One step takes ``batch_size`` windows (in order: step i uses windows i·b … i·b + b − 1). It computes
 the causal-LM loss, the mean NLL of every token but the first of each window given the tokens before
-it (transformers' ``labels=input_ids``). Then it clips the adapters' gradient norm at
-:data:`CLIP_NORM` and takes one AdamW step (no weight decay) on the adapters only.
+it (transformers' ``labels=input_ids``), or ``TrainSettings.loss_fn``'s loss (distillation). Then it clips
+the global gradient norm of the trained parameters at :data:`CLIP_NORM` and takes one AdamW step (no
+weight decay) on them only: the masked-LoRA adapters (:mod:`toolkit.engine.lora`) or, for a full
+fine-tune, the decoder-layer linear weights (:mod:`toolkit.engine.full_ft`, whose
+``TrainSettings.after_step`` re-applies the keep-masks after every step).
 
 The learning rate warms up linearly over the first ``max(1, steps // 10)`` steps, then decays
 linearly to ``lr / (steps − warmup + 1)`` at the last step. Each step emits a
@@ -26,7 +29,7 @@ from toolkit.engine.lora import trainable_parameters
 from toolkit.errors import NumericalError, RunCancelled
 from toolkit.events import Event, RecoveryStep
 
-CLIP_NORM = 1.0  # the adapters' gradient norm is clipped here
+CLIP_NORM = 1.0  # the trained parameters' global gradient norm is clipped here
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class TrainSettings:
     batch_size: int
     lr: float
     loss_fn: Callable[[nn.Module, Tensor], Tensor] | None = None  # (model, batch) → loss; None: the LM loss
+    after_step: Callable[[], None] | None = None  # called after every optimizer step (full_ft: the masks)
 
 
 @dataclass
@@ -61,9 +65,11 @@ def learning_rate(step: int, settings: TrainSettings) -> float:
 
 def train(model: nn.Module, windows: Tensor, settings: TrainSettings, device: torch.device,
           emit: Callable[[Event], None], cancelled: Callable[[], bool]) -> TrainResult:
-    """Run the recovery steps on ``model`` (a peft model from :func:`toolkit.engine.lora.add_masked_lora`).
+    """Run the recovery steps on ``model``'s parameters that require gradients.
 
-    ``windows`` is (steps · batch_size, seq_len) int64. The adapters are updated in place, on
+    ``model`` is a peft model from :func:`toolkit.engine.lora.add_masked_lora` (the adapters train) or a
+    model prepared by :func:`toolkit.engine.full_ft.start_full` (its linears train).
+    ``windows`` is (steps · batch_size, seq_len) int64. The parameters are updated in place, on
     ``device``; the model is moved there and left there. Raises :class:`RunCancelled` at the first
     step after ``cancelled()`` turns true, and :class:`NumericalError` when the loss is not finite.
     """
@@ -89,6 +95,8 @@ def train(model: nn.Module, windows: Tensor, settings: TrainSettings, device: to
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, CLIP_NORM)
             optimizer.step()
+            if settings.after_step is not None:
+                settings.after_step()
             result.losses.append(value)
             result.lrs.append(rate)
             emit(RecoveryStep(step=step, loss=value, lr=rate))

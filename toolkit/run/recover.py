@@ -4,17 +4,17 @@ What :func:`recover` does with the saved model of run ``RUN`` (``RUN/model``):
 
 1. Checks, before any work: the run folder, its status, a float (not quantized) run, a saved model,
    the settings (:mod:`toolkit.run.recover_config`). Then it loads the model and checks the LoRA rank
-   against every linear and the keep-masks against the weights.
+   (``--train lora``) against every linear and the keep-masks against the weights.
 2. Keep-masks: the parent's stored masks (``RUN/masks``, the truth); a linear without a stored mask
    (a block-scope run stores none) keeps its nonzero pattern.
 3. Data: ``steps × batch_size`` windows of the parent's calibration length, drawn from its
    calibration text with its seed (:func:`toolkit.data.text.calibration_windows`). The first
    ``nsamples`` of them are the parent's own calibration windows.
-4. Perplexity before (the parent's saved model) on the parent's evaluation protocol; masked-LoRA
-   training (:mod:`toolkit.engine.lora`, :mod:`toolkit.engine.finetune`); the merge; the zeros and
-   the achieved sparsity counted on the merged weights (:mod:`toolkit.run.recover_zeros`: every weight
-   a keep-mask drops must be 0; zeros a keep-mask keeps train and are reported); the checkpoint;
-   perplexity after.
+4. Perplexity before (the parent's saved model) on the parent's evaluation protocol; the training
+   (:mod:`toolkit.run.recover_train`: masked LoRA then the merge, or the linears trained directly with
+   their masks kept, ``--train full``); the zeros and the achieved sparsity counted on the trained
+   weights (:mod:`toolkit.run.recover_zeros`: every weight a keep-mask drops must be 0; zeros a
+   keep-mask keeps train and are reported); the checkpoint, in the parent's format; perplexity after.
 5. A new run in the parent's store. Its ``config.json`` has method ``recover``, ``parent`` (the
    parent's run id) and the settings. Its ``masks/`` hold the keep-masks the recovery kept, and
    ``model/`` the merged checkpoint (written as ``model.partial`` and renamed at the end).
@@ -43,19 +43,13 @@ import torch
 from torch import Tensor, nn
 
 from toolkit.data.text import CalibSpec, calibration_windows, eval_windows, load_tokens
-from toolkit.engine.finetune import TrainResult, TrainSettings, train, warmup_steps
-from toolkit.engine.lora import (
-    add_masked_lora,
-    check_masks,
-    check_rank,
-    linear_names,
-    merge_masked_lora,
-)
+from toolkit.engine.finetune import TrainResult
+from toolkit.engine.lora import check_masks, check_rank, linear_names
 from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.evaluation.perplexity import perplexity
 from toolkit.events import EvalPoint, Event, RunFailed, RunFinished, RunStarted, RunWarning
 from toolkit.models.layers import decoder_layers, get_weight
-from toolkit.models.load import LoadedModel, load_model
+from toolkit.models.load import load_model
 from toolkit.models.shrunk import save_shrunk
 from toolkit.run.accounting import folder_bytes
 from toolkit.run.checks import check_context
@@ -64,28 +58,13 @@ from toolkit.run.pipeline import bos_id
 from toolkit.run.preflight import check_writable_dir
 from toolkit.run.provenance import peak_rss_mb, versions
 from toolkit.run.recover_config import METHOD, ParentRun, RecoverConfig, read_parent, run_config
-from toolkit.run.recover_teacher import load_teacher, teacher_loss
-from toolkit.run.recover_zeros import ParentZeros, kept_zeros_warning, measure_zeros, parent_zeros
+from toolkit.run.recover_teacher import load_teacher
+from toolkit.run.recover_train import Prepared, fine_tune, settings
+from toolkit.run.recover_zeros import kept_zeros_warning, measure_zeros, parent_zeros
 from toolkit.runtime.devices import resolve_device
 from toolkit.store.runs import SCHEMA, RunWriter
 
 Progress = Callable[[str, int, int], None]
-
-
-@dataclasses.dataclass
-class Prepared:
-    """Everything a recovery needs once checked: the parent, the model, its keep-masks and the windows."""
-
-    config: RecoverConfig
-    parent: ParentRun
-    loaded: LoadedModel
-    device: torch.device
-    masks: dict[nn.Module, Tensor]  # every decoder-layer linear → (out, in) bool keep-mask
-    train_windows: Tensor  # (steps · batch_size, seqlen) int64
-    test: Tensor | None  # evaluation windows, or None when the parent evaluated nothing
-    seconds: dict[str, float]
-    zeros: ParentZeros  # the parent's zeros, counted on its saved weights before training
-    teacher: nn.Module | None = None  # the parent's source model for --loss kd | kd+lm (run/recover_teacher.py)
 
 
 @dataclasses.dataclass
@@ -158,12 +137,13 @@ class _Ticks:
 
 
 def prepare(config: RecoverConfig, parent: ParentRun) -> Prepared:
-    """Load the parent's model, check rank and masks, cut the windows; raises :class:`ToolkitError` first."""
+    """Load the parent's model, check rank (LoRA) and masks, cut the windows; raises :class:`ToolkitError` first."""
     start = time.perf_counter()
     device = resolve_device(config.device)
     loaded = load_model(str(parent.model_dir))
     check_context(loaded, parent.seqlen, parent.eval_seqlen if parent.eval_data else None)
-    check_rank(loaded.model, config.rank)
+    if config.train == "lora":
+        check_rank(loaded.model, config.lora[0])
     masks = keep_masks(loaded.model, parent)
     check_masks(loaded.model, masks, parent.run_id)
     zeros = parent_zeros(linear_names(loaded.model), masks)
@@ -203,13 +183,13 @@ def keep_masks(model: nn.Module, parent: ParentRun) -> dict[nn.Module, Tensor]:
 
 def _run(run: Prepared, writer: RunWriter, record: Callable[[Event], None], ticks: _Ticks,
          outcome: Outcome) -> dict[str, Any]:
-    """RunStarted, perplexity before, training, merge, checkpoint, perplexity after, RunFinished."""
-    config, parent, model = run.config, run.parent, run.loaded.model
+    """RunStarted, perplexity before, training (and merge), checkpoint, perplexity after, RunFinished."""
+    parent, model = run.parent, run.loaded.model
     linears = linear_names(model)
     for module, (index, name, _) in linears.items():
         writer.mask(index, name, run.masks[module].numpy())
     record(RunStarted(run_id=writer.run_id, model=str(parent.config.get("model", "?")), method=METHOD,
-                      sparsity=parent.record.label, options=_settings(run), protocol=_protocol(run),
+                      sparsity=parent.record.label, options=settings(run), protocol=_protocol(run),
                       num_layers=len(decoder_layers(model)),
                       linears=list(dict.fromkeys(name for _, name, _ in linears.values())), device=str(run.device),
                       compression=parent.record.compression))
@@ -217,19 +197,12 @@ def _run(run: Prepared, writer: RunWriter, record: Callable[[Event], None], tick
         record(RunWarning(message=warning))
     outcome.ppl_before = _evaluate(run, "pruned", record, ticks)
     start = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):  # seeded adapters and dropout; the caller's generator is left alone
-        torch.manual_seed(parent.seed)
-        peft_model = add_masked_lora(model, run.masks, config.rank, config.alpha)
-        settings = TrainSettings(steps=config.steps, batch_size=run.parent.batch_size, lr=config.lr,
-                                 loss_fn=teacher_loss(run.teacher, config, run.device))
-        outcome.trained = train(peft_model, run.train_windows, settings, run.device, record, ticks.cancelled)
+    outcome.trained = fine_tune(run, record, ticks.cancelled)
     run.seconds["train"] = time.perf_counter() - start
     start = time.perf_counter()
-    model = merge_masked_lora(peft_model).to("cpu")
-    run.loaded.model = model
     outcome.zeros = measure_zeros(linears, run.masks, run.zeros, _params_before(run))
-    if outcome.zeros["dropped_nonzero"]:  # an invariant of the masked update (toolkit/engine/lora.py)
-        raise AssertionError(f"{outcome.zeros['dropped_nonzero']} pruned weights are nonzero after the merge")
+    if outcome.zeros["dropped_nonzero"]:  # an invariant of the masked update (engine/lora.py, engine/full_ft.py)
+        raise AssertionError(f"{outcome.zeros['dropped_nonzero']} pruned weights are nonzero after the training")
     outcome.checkpoint = _save(run, writer.path)
     run.seconds["save"] = time.perf_counter() - start
     writer.write_result(_result(run, writer, outcome))
@@ -282,14 +255,6 @@ def _remove_partial(folder: Path) -> None:
         shutil.rmtree(folder / name, ignore_errors=True)
 
 
-def _settings(run: Prepared) -> dict[str, Any]:
-    config, masks = run.config, run.masks
-    trainable = sum(config.rank * (keep.shape[0] + keep.shape[1]) for keep in masks.values())
-    return {"parent": run.parent.run_id, "steps": config.steps, "rank": config.rank, "alpha": config.alpha,
-            "lr": config.lr, "warmup": warmup_steps(config.steps), "batch_size": run.parent.batch_size,
-            "seqlen": run.parent.seqlen, "seed": run.parent.seed, "linears": len(masks), "trainable": trainable}
-
-
 def _protocol(run: Prepared) -> dict[str, Any]:
     parent, windows, test = run.parent, run.train_windows, run.test
     stored = len(parent.record.mask_names())
@@ -325,7 +290,7 @@ def _result(run: Prepared, writer: RunWriter, outcome: Outcome) -> dict[str, Any
     return {
         "schema": SCHEMA, "model": parent.config.get("model", "?"), "method": METHOD, "parent": parent.run_id,
         "parent_method": parent.config.get("method"), "compression": parent.record.compression,
-        "sparsity": parent.config.get("sparsity"), "quant": None, "options": _settings(run),
+        "sparsity": parent.config.get("sparsity"), "quant": None, "options": settings(run),
         "achieved_sparsity": float(zeros["achieved_sparsity"] if zeros is not None else 1.0 - kept / max(total, 1)),
         "parent_achieved_sparsity": parent_result.get("achieved_sparsity"), "zeros": zeros,
         "accounting": accounting, "ppl_before": outcome.ppl_before, "ppl": outcome.ppl,

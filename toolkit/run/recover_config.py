@@ -7,8 +7,10 @@ that says what to do. They run before any model loads or any file is written
 
 The defaults are sized for a 2-core CPU and the embedded model (docs/recover.md has the measured
 time): 40 AdamW steps of about 512 tokens (max(1, 512 // seqlen) windows of the parent's calibration
-length), rank 8, alpha 16 (scale s = alpha/rank = 2), peak learning rate 5·10⁻⁴. The windows are
-drawn from the parent's calibration text with the parent's seed.
+length); ``--train lora``: rank 8, alpha 16 (scale s = alpha/rank = 2), peak learning rate 5·10⁻⁴;
+``--train full`` (the linears themselves train, no rank or alpha): peak learning rate 5·10⁻⁵, ten
+times smaller, as every weight moves instead of a low-rank update. The windows are drawn from the
+parent's calibration text with the parent's seed.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from toolkit.store.runs import RunRecord, open_run
 DEFAULT_STEPS = 40
 DEFAULT_RANK = 8
 DEFAULT_ALPHA = 16.0
-DEFAULT_LR = 5e-4
+DEFAULT_LR = 5e-4  # --train lora
+DEFAULT_FULL_LR = 5e-5  # --train full
+TRAINS = ("lora", "full")  # masked-LoRA adapters, or the decoder-layer linears themselves
 TOKENS_PER_STEP = 512  # the default batch: max(1, TOKENS_PER_STEP // seqlen) windows a step
 METHOD = "recover"  # the method name of a recovery run in the run store
 SETTINGS = ("steps", "rank", "alpha", "lr", "batch_size", "seqlen", "seed", "eval_windows", "device", "out_dir",
-            "loss", "temperature")
+            "loss", "temperature", "train")
 LOSSES = ("lm", "kd", "kd+lm")  # the language-model loss, distillation from the parent's source model, their sum
 DEFAULT_TEMPERATURE = 2.0
 
@@ -38,6 +42,9 @@ DEFAULT_TEMPERATURE = 2.0
 class RecoverConfig:
     """One recovery of the saved run in ``run_dir``; ``None`` means the parent's value.
 
+    ``train`` is ``lora`` or ``full``. ``rank`` and ``alpha`` are LoRA's (refused with ``full``);
+    left out they are :data:`DEFAULT_RANK` and :data:`DEFAULT_ALPHA` (read them with :attr:`lora`).
+    ``lr`` left out is :data:`DEFAULT_LR` (lora) or :data:`DEFAULT_FULL_LR` (full) (:attr:`peak_lr`).
     ``seqlen`` and ``seed`` default to the parent's calibration protocol; ``batch_size`` to
     ``max(1, 512 // seqlen)`` windows, about 512 tokens a step. ``eval_windows`` defaults to
     the parent's evaluation windows; a number keeps only the first N. ``out_dir`` defaults to the
@@ -46,9 +53,9 @@ class RecoverConfig:
 
     run_dir: str
     steps: int = DEFAULT_STEPS
-    rank: int = DEFAULT_RANK
-    alpha: float = DEFAULT_ALPHA
-    lr: float = DEFAULT_LR
+    rank: int | None = None
+    alpha: float | None = None
+    lr: float | None = None
     batch_size: int | None = None
     seqlen: int | None = None
     seed: int | None = None
@@ -57,17 +64,21 @@ class RecoverConfig:
     out_dir: str | None = None
     loss: str = "lm"  # toolkit/engine/distill.py
     temperature: float = DEFAULT_TEMPERATURE  # of the distillation (kd, kd+lm)
+    train: str = "lora"  # toolkit/run/recover_train.py
 
     def __post_init__(self) -> None:
+        self._check_train()
         for name in ("steps", "rank", "batch_size"):
             value = getattr(self, name)
-            if name == "batch_size" and value is None:
+            if name in ("batch_size", "rank") and value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 flag = "--" + name.replace("_", "-")
                 raise ToolkitError(f"{flag} must be a whole number ≥ 1, got {value!r}")
         for name in ("alpha", "lr"):
             value = getattr(self, name)
+            if value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
                     or value <= 0:
                 raise ToolkitError(f"--{name} must be a number > 0, got {value!r}")
@@ -80,6 +91,30 @@ class RecoverConfig:
             raise ToolkitError(f"--temperature must be a number > 0, got {self.temperature!r}")
         if self.eval_windows is not None and self.eval_windows < 1:
             raise ToolkitError(f"--eval-windows must be ≥ 1 (leave it out for the parent's), got {self.eval_windows}")
+
+    def _check_train(self) -> None:
+        """``train`` is known, and ``rank``/``alpha`` are left out with ``full``."""
+        if self.train not in TRAINS:
+            raise ToolkitError(f"unknown --train {self.train!r}: use lora (masked-LoRA adapters) or full (the "
+                               "linear weights themselves)")
+        given = [f"--{name}" for name in ("rank", "alpha") if getattr(self, name) is not None]
+        if self.train == "full" and given:
+            verb = "does" if len(given) == 1 else "do"
+            raise ToolkitError(f"{' and '.join(given)} {verb} not apply to --train full (it trains the weights "
+                               "themselves, no low-rank adapters): leave them out, or use --train lora")
+
+    @property
+    def lora(self) -> tuple[int, float]:
+        """(rank, alpha) of ``--train lora``, the defaults where left out."""
+        return (self.rank if self.rank is not None else DEFAULT_RANK,
+                float(self.alpha) if self.alpha is not None else DEFAULT_ALPHA)
+
+    @property
+    def peak_lr(self) -> float:
+        """The peak learning rate: ``lr``, else the default of ``train``."""
+        if self.lr is not None:
+            return float(self.lr)
+        return DEFAULT_FULL_LR if self.train == "full" else DEFAULT_LR
 
     @property
     def store(self) -> Path:
@@ -172,7 +207,9 @@ def run_config(config: RecoverConfig, parent: ParentRun, device: str) -> dict[st
     ``options`` repeats the recovery settings, as a prune run's method options, for the run tables.
     """
     cfg = parent.config
-    settings = {"steps": config.steps, "rank": config.rank, "alpha": config.alpha, "lr": config.lr,
+    rank, alpha = config.lora
+    lora = {"rank": rank, "alpha": alpha} if config.train == "lora" else {}
+    settings = {"train": config.train, "steps": config.steps, **lora, "lr": config.peak_lr,
                 "batch_size": parent.batch_size, "seqlen": parent.seqlen,
                 **({"loss": config.loss, "temperature": config.temperature} if config.loss != "lm" else {})}
     return {"model": cfg.get("model", "?"), "method": METHOD, "parent": parent.run_id,
