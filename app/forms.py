@@ -30,6 +30,7 @@ CALIB_SOURCES = ("wiki", "wikitext2", "c4", "ptb")
 PATTERNS = {"unstructured": "unstructured", "nm": "n:m", "structured": "structured"}  # target kind → label
 NO_SPARSITY = "none"  # the pattern label of a quantize-only run (offered for methods that quantize)
 NM_CHOICES = ("2:4", "4:8", "1:4", "8:16")
+PERMUTE_LABEL = "Permute inputs (n:m)"  # the box of --permute (app/page_words.py names it)
 QUANT_BITS = {"int8": 8, "int4": 4, "int3": 3, "int2": 2}  # the quantization dropdown (beside "none")
 QUANT_CHOICES = ("none", *QUANT_BITS)
 GROUP_SIZES = (("128", 128), ("64", 64), ("32", 32), ("per row", 0))  # (label, inputs per scale)
@@ -67,6 +68,7 @@ class RunSettings:
     pattern: str = "unstructured"  # unstructured | n:m | structured | none
     percent: float = 50.0
     nm: str = "2:4"
+    permute: bool = False  # n:m: each linear's inputs permuted so the important ones spread (--permute)
     quant: str = "none"  # none | int8 | int4 | int3 | int2
     group_size: int = 128  # inputs per quantization scale; 0 = one group per row
     unit: str = ""  # heads | channels | heads+channels for a block-scope method; "" = none
@@ -101,6 +103,20 @@ def pattern_labels(method: str) -> list[str]:
         return list(PATTERNS.values())
     labels = [PATTERNS[p] for p in entry["patterns"] if p in PATTERNS]
     return labels + ([NO_SPARSITY] if quantizes(method) else [])
+
+
+def takes_permute(method: str) -> bool:
+    """Whether ``method`` takes ``--permute`` (a linear-scope method with n:m sparsity; ``list_methods``)."""
+    return bool(method_table().get(method, {}).get("permute", False))
+
+
+def offers_permute(method: str, pattern: str) -> bool:
+    """Whether the form's "Permute inputs" box is enabled: an n:m pattern with a method that takes it.
+
+    The box only mirrors the rule; a run asked with it otherwise is refused by :class:`RunConfig` with the
+    command line's message.
+    """
+    return shows_nm(pattern) and takes_permute(method)
 
 
 def shows_percent(pattern: str) -> bool:
@@ -287,6 +303,7 @@ def to_config(settings: RunSettings, runs_dir: str) -> RunConfig:
         options=options, **allocation_form.config_fields(settings.allocation, target, runs_dir),
         **protocol_fields(settings.protocol), eval_dense=bool(settings.eval_dense),
         out_dir=runs_dir, save_model=bool(settings.save_model), generate=bool(settings.generate),
+        permute=bool(settings.permute),
     )
     allocation_form.write_ratio_file(config.allocation)
     return config

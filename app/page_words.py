@@ -18,6 +18,7 @@ FLAG_WORDS: dict[str, str] = {  # flag (with its value where the value has a con
     "--sparsity": '"Sparsity (%)"',
     "--quant": '"Quantization"',
     "--unit": '"Unit removed"',
+    "--permute": '"Permute inputs (n:m)"',
     "--refine dsnot": '"Mask refinement: DSnoT"',
     "--refine": '"Mask refinement"',
     "--allocation owl": '"Layer allocation: OWL"',
@@ -39,6 +40,7 @@ PHRASES: tuple[tuple[str, str], ...] = (  # whole phrases first: their verb chan
     ("rerun with --save-model", f"run again with {SAVE} ticked"),
     ("re-run prune with --save-model", f"run again with {SAVE} ticked"),
     ("drop --save-model", f"untick {SAVE}"),
+    ("drop --permute", 'untick "Permute inputs (n:m)"'),
     ("without --save-model", f"without {SAVE}"),
 )
 _FLAGS = re.compile("|".join(re.escape(flag) for flag in sorted(FLAG_WORDS, key=len, reverse=True))

@@ -174,7 +174,14 @@ def _summary(entry: dict[str, Any]) -> str:
     patterns = ", ".join(forms.PATTERNS[p] for p in entry["patterns"] if p in forms.PATTERNS) or "none"
     produces = "quantizes" if "quant" in entry.get("produces", ()) else "prunes only (no quantization)"
     units = f" — removes {', '.join(entry['units'])}" if entry.get("units") else ""
-    return f"*{entry['summary']}* — patterns: {patterns} — {produces}{units}"
+    permute = " — n:m with permuted inputs" if entry.get("permute") else ""
+    return f"*{entry['summary']}* — patterns: {patterns} — {produces}{units}{permute}"
+
+
+def _permute_update(gr: Any, method: str, pattern: str) -> Any:
+    """The "Permute inputs" box: shown for n:m, enabled only where the method takes it, unticked otherwise."""
+    offered = forms.offers_permute(method, pattern)
+    return gr.update(visible=forms.shows_nm(pattern), interactive=offered, **({} if offered else {"value": False}))
 
 
 def _on_method(methods: dict[str, dict], groups: dict[str, Any], gr: Any) -> Callable[..., list[Any]]:
@@ -186,7 +193,7 @@ def _on_method(methods: dict[str, dict], groups: dict[str, Any], gr: Any) -> Cal
         return [_summary(entry) if entry else "", gr.update(choices=labels, value=keep),
                 gr.update(visible=forms.shows_percent(keep)), gr.update(visible=forms.shows_nm(keep)),
                 gr.update(visible=bool(units), choices=units, value=units[0] if units else None),
-                *[gr.update(visible=method == name) for method in groups]]
+                _permute_update(gr, name, keep), *[gr.update(visible=method == name) for method in groups]]
     return update
 
 
@@ -214,12 +221,13 @@ class RunForm:
     run_button: Any
     cancel_button: Any
     allocation: Any  # app.allocation_panel.AllocationControls
+    permute: Any = None  # the "Permute inputs (n:m)" box
 
     @property
     def inputs(self) -> set[Any]:
         """Every component the Run handler reads."""
         return {self.model, self.model_path, self.method, self.pattern, self.percent, self.nm, self.quant,
-                self.group_size, self.unit, self.extra,
+                self.group_size, self.unit, self.extra, self.permute,
                 self.eval_dense, self.save_model, self.generate, *self.protocol.components,
                 *self.allocation.inputs, *(box for _, _, box in self.option_inputs)}
 
@@ -228,7 +236,7 @@ class RunForm:
         name = data[self.method]
         return forms.RunSettings(
             model=data[self.model], model_path=data[self.model_path], method=name, pattern=data[self.pattern],
-            percent=data[self.percent], nm=data[self.nm], quant=data[self.quant],
+            percent=data[self.percent], nm=data[self.nm], permute=bool(data[self.permute]), quant=data[self.quant],
             group_size=data[self.group_size], unit=data[self.unit] or "", extra_options=data[self.extra],
             protocol=self.protocol.read(data), eval_dense=bool(data[self.eval_dense]),
             save_model=bool(data[self.save_model]), generate=bool(data[self.generate]),
@@ -250,6 +258,9 @@ def _form(gr: Any, default_model: str, methods: dict[str, dict], runs_dir: str, 
     percent = gr.Slider(0, 95, value=50, step=1, label="Sparsity (%)", elem_id="run-percent")
     nm = gr.Dropdown(list(forms.NM_CHOICES), value="2:4", allow_custom_value=True, visible=False,
                      label="n:m (keep n of every m consecutive weights)", elem_id="run-nm")
+    permute = gr.Checkbox(False, label=forms.PERMUTE_LABEL, info="spread the important inputs over the m-groups "
+                          "before pruning, stored in the original order", visible=False,
+                          interactive=forms.takes_permute(chosen), elem_id="run-permute")
     with gr.Row(elem_id="run-actions"):  # above the options, and sticky (app CSS): never below the fold
         run_button = gr.Button("Run", variant="primary", elem_id="run-button")
         cancel_button = gr.Button("Cancel", variant="stop", elem_id="cancel-button")
@@ -276,7 +287,7 @@ def _form(gr: Any, default_model: str, methods: dict[str, dict], runs_dir: str, 
                                elem_id="run-generate")
     return RunForm(model, model_path, method, summary, pattern, percent, nm, quant, group_size, unit, groups,
                    option_inputs, extra, protocol, eval_dense, save_model, generate, run_button,
-                   cancel_button, allocation)
+                   cancel_button, allocation, permute)
 
 
 def _outputs(gr: Any) -> tuple[dict[str, Any], dict[str, list[str]]]:
@@ -364,10 +375,12 @@ def build(gr: Any, *, default_model: str, runs_dir: str, history: Any) -> dict[s
     form.cancel_button.click(cancel, inputs=None, outputs=outputs["status"], cancels=[run_event],
                              concurrency_limit=None, show_progress="hidden")
     form.method.change(_on_method(methods, form.groups, gr), inputs=[form.method, form.pattern],
-                       outputs=[form.summary, form.pattern, form.percent, form.nm, form.unit, *form.groups.values()],
+                       outputs=[form.summary, form.pattern, form.percent, form.nm, form.unit, form.permute,
+                                *form.groups.values()],
                        queue=False)
-    form.pattern.change(lambda p: [gr.update(visible=forms.shows_percent(p)), gr.update(visible=forms.shows_nm(p))],
-                        inputs=form.pattern, outputs=[form.percent, form.nm], queue=False)
+    form.pattern.change(lambda p, m: [gr.update(visible=forms.shows_percent(p)), gr.update(visible=forms.shows_nm(p)),
+                                      _permute_update(gr, m, p)],
+                        inputs=[form.pattern, form.method], outputs=[form.percent, form.nm, form.permute], queue=False)
     return outputs
 
 

@@ -61,13 +61,15 @@ def list_methods() -> list[dict[str, Any]]:
 
     Name, summary, options (name/type/default/help/choices), the sparsity
     patterns it supports (``unstructured`` | ``nm`` | ``structured``), its scope (``linear`` |
-    ``block``), what it produces (``mask`` | ``quant`` | ``structure``), its structural units.
+    ``block``), what it produces (``mask`` | ``quant`` | ``structure``), its structural units, and
+    ``permute``: whether it takes ``--permute`` (a linear-scope method with n:m sparsity; RunConfig's rule).
     """
     return [
         {"name": spec.name, "summary": spec.summary, "options": spec.describe_options(),
          "patterns": [TARGET_KINDS[t] for t in spec.targets if t in TARGET_KINDS],
          "scope": spec.scope.value, "produces": sorted(p.value for p in spec.produces),
-         "saves_quant": spec.saves_quant,
+         "saves_quant": spec.saves_quant, "permute": spec.scope.value == "linear" and "nm" in (
+             TARGET_KINDS.get(t) for t in spec.targets),
          "units": [u.value for u in spec.units],
          "defaults": {"sequential": spec.sequential, "propagate": spec.propagate}}
         for spec in METHODS.values()

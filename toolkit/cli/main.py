@@ -338,7 +338,8 @@ def _methods(args: argparse.Namespace) -> int:
         print(f"{method['name']:<10} {method['summary']}")
         units = f"; units: {', '.join(method['units'])}" if method["units"] else ""
         print(f"{'':<10} scope {method['scope']}; produces {', '.join(method['produces'])}; "
-              f"patterns: {', '.join(method['patterns']) or 'none'}{units}; engine defaults: "
+              f"patterns: {', '.join(method['patterns']) or 'none'}{units}"
+              f"{'; n:m with --permute' if method['permute'] else ''}; engine defaults: "
               f"sequential={method['defaults']['sequential']}, propagate={method['defaults']['propagate']}")
         for opt in method["options"]:
             choices = f" (one of {opt['choices']})" if opt["choices"] else ""

@@ -53,6 +53,7 @@ from toolkit.notebook.panels import (
     snapshot_html,
 )
 from toolkit.notebook.quiet import quiet_progress_bars
+from toolkit.spec.targets import NM, parse_sparsity
 from toolkit.store.runs import RunRecord
 
 __all__ = ["Dashboard", "MaskComparison", "compare_masks", "save_figure", "sweep_plot"]
@@ -99,6 +100,14 @@ def _parse_options(text: str) -> dict[str, str]:
     return options
 
 
+def permute_offered(method: str, sparsity: str) -> bool:
+    """Whether ``method`` at the sparsity text ``sparsity`` takes ``--permute`` (n:m, a method the catalogue marks)."""
+    try:
+        target = parse_sparsity(sparsity.strip()) if sparsity.strip() else None
+    except ToolkitError:
+        return False
+    return isinstance(target, NM) and any(m["name"] == method and m["permute"] for m in list_methods())
+
 class Dashboard(BackgroundPanel):
     """The Run view for notebooks; display it, then press Run or call :meth:`run`."""
 
@@ -126,6 +135,7 @@ class Dashboard(BackgroundPanel):
                                  placeholder="uniform, owl, owl:5,0.08, ratios.json", layout=field)
         self.refine = w.Text(value=str(settings["refine"] or ""), description="refine", placeholder="dsnot, dsnot:50",
                              layout=field)
+        self.permute = w.Checkbox(value=bool(settings.get("permute", False)), description="permute inputs (n:m)")
         self.nsamples = w.BoundedIntText(value=int(settings["nsamples"]), min=1, max=100000, description="nsamples",
                                          layout=field)
         self.seqlen = w.BoundedIntText(value=int(settings["seqlen"]), min=2, max=1 << 16, description="seqlen",
@@ -157,6 +167,9 @@ class Dashboard(BackgroundPanel):
         self.run_button.on_click(lambda _: self.start())
         self.cancel_button.on_click(lambda _: self.cancel())
         self.save_button.on_click(lambda _: self._save_clicked())
+        for source in (self.method, self.sparsity):
+            source.observe(lambda _: self._offer_permute(), names="value")
+        self._offer_permute()
 
         def row(*children: Any) -> Any:
             return w.HBox(list(children), layout=w.Layout(**FLEX_ROW))
@@ -166,7 +179,7 @@ class Dashboard(BackgroundPanel):
 
         form = w.VBox([row(self.model, self.method, self.sparsity, self.quant),
                        row(self.options, self.nsamples, self.seqlen, self.eval_windows),
-                       row(self.allocation, self.refine),
+                       row(self.allocation, self.refine, self.permute),
                        row(self.evaluate, self.generate, self.run_button, self.cancel_button, self.save_button)],
                       layout=w.Layout(width="calc(100% - 8px)"))
         rows = {name: row(*(panel(figure) for figure in figures)) for name, figures in ROWS.items()}
@@ -210,6 +223,12 @@ class Dashboard(BackgroundPanel):
         for widget in self.figures.values():
             keep_final_figure(widget)
 
+    def _offer_permute(self) -> None:
+        """The permute box is enabled for an n:m sparsity with a method that takes it (unticked otherwise)."""
+        self.permute.disabled = not permute_offered(str(self.method.value), self.sparsity.value)
+        if self.permute.disabled:
+            self.permute.value = False
+
     def config(self, **overrides: Any) -> RunConfig:
         """The RunConfig of the form (``overrides`` win); raises ToolkitError for bad input."""
         sparsity = self.sparsity.value.strip() or None
@@ -219,7 +238,8 @@ class Dashboard(BackgroundPanel):
                   "allocation": self.allocation.value.strip() or "uniform", "refine": self.refine.value.strip() or None,
                   "seqlen": self.seqlen.value, "eval_data": "wiki" if self.evaluate.value else None,
                   "eval_seqlen": self.eval_seqlen, "eval_windows": self.eval_windows.value or None,
-                  "eval_dense": True, "generate": self.generate.value, "out_dir": self.runs_dir}
+                  "eval_dense": True, "generate": self.generate.value, "out_dir": self.runs_dir,
+                  "permute": self.permute.value}
         fields.update(overrides)
         return RunConfig(**fields)
 
