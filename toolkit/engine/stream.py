@@ -8,6 +8,11 @@ layer plus the activations plus the embeddings. Everything else — layer 0's ca
 the statistics, the solves, the propagation, the events — is :func:`toolkit.engine.linear.prune_layer`,
 so the keep-masks and weights equal the in-memory path's on the same checkpoint.
 
+With quantization (``--quant``, rtn, gptq or awp), each layer's quantized linears are written packed as
+compressed-tensors ``pack-quantized`` (:class:`toolkit.models.stream_quant.LayerPacker`) with the layer, and
+their states are dropped once written, so the output is the checkpoint an in-memory quantized ``--save-model``
+writes, and host memory stays one layer.
+
 The source checkpoint is never written, so no undo journal is kept (``WriteBack(enabled=False)``);
 on any failure or cancel the output's ``.partial`` folder is removed. Loading, releasing and writing
 layers is charged to the ``copies`` phase.
@@ -31,7 +36,10 @@ from toolkit.engine.writeback import WriteBack
 from toolkit.errors import ToolkitError
 from toolkit.events import Event
 from toolkit.methods.base import MethodSpec, Scope
+from toolkit.methods.quant_grid import QuantState
+from toolkit.models.quant_checkpoint import check_savable, qualified_names
 from toolkit.models.stream import ShardWriter, StreamedModel
+from toolkit.models.stream_quant import LayerPacker
 from toolkit.runtime.devices import resolve_device
 from toolkit.runtime.memory import KEEP_FREED_MAX_LAYER_BYTES, return_freed_memory
 from toolkit.spec.allocation import OWL
@@ -91,15 +99,24 @@ def prune_streaming(  # noqa: PLR0913 - the entry mirrors prune_layers (keyword-
     if sum(p.numel() for p in streamed.layers[0].parameters()) * 4 > KEEP_FREED_MAX_LAYER_BYTES:
         return_freed_memory()  # large layers: freed activations and scores go back to the kernel (runtime/memory.py)
     compression = as_compression(compression)
-    check_targets(streamed.loaded.model, spec, compression)
+    if compression.quant is not None and not spec.saves_quant:
+        raise ToolkitError(f"{spec.name} results cannot be saved as a quantized checkpoint (its weight needs 1/s "
+                           "folded into the preceding op), and streaming writes the checkpoint as it goes: quantize "
+                           "with rtn, gptq or awp, or run in memory")
+    model = streamed.loaded.model
+    check_targets(model, spec, compression)
+    if compression.quant is not None:
+        check_savable(model, compression.quant)
+    packer = LayerPacker(qualified_names(model)) if compression.quant is not None else None
     writer = ShardWriter(out_folder)
     start = time.perf_counter()
     run = RunState(spec, compression, method_cfg, cfg, resolve_device(cfg.device), emit, cancelled,
-                   WriteBack(enabled=False), on_mask, on_quant)
+                   WriteBack(enabled=False), *_sinks(packer, on_mask, on_quant))
     try:
         set_precision(run, streamed.layers)
-        _stream_layers(run, streamed, writer, windows)
-        writer.finish(streamed.loaded.model.config, streamed.loaded.codec, copy_from=streamed.folder)
+        _stream_layers(run, streamed, writer, windows, packer)
+        writer.finish(model.config, streamed.loaded.codec, copy_from=streamed.folder,
+                      before_rename=lambda partial: None if packer is None else packer.write_config(model, partial))
     except BaseException as exc:
         writer.abort()
         if isinstance(exc, torch.OutOfMemoryError):
@@ -109,7 +126,24 @@ def prune_streaming(  # noqa: PLR0913 - the entry mirrors prune_layers (keyword-
     return run.result
 
 
-def _stream_layers(run: RunState, streamed: StreamedModel, writer: ShardWriter, windows: Tensor) -> None:
+def _sinks(packer: LayerPacker | None, on_mask: MaskSink, on_quant: QuantSink) -> tuple[MaskSink, QuantSink]:
+    """The run's sinks: the caller's, and with quantization the packer's collector too (the mask first)."""
+    if packer is None:
+        return on_mask, on_quant
+
+    def mask(layer: int, name: str, keep: Tensor) -> None:
+        on_mask(layer, name, keep)
+        packer.collector.mask(layer, name, keep)
+
+    def quant(layer: int, name: str, state: QuantState) -> None:
+        on_quant(layer, name, state)
+        packer.collector.quant(layer, name, state)
+
+    return mask, quant
+
+
+def _stream_layers(run: RunState, streamed: StreamedModel, writer: ShardWriter, windows: Tensor,
+                   packer: LayerPacker | None) -> None:
     """Capture layer 0's inputs (layers on meta), write the rest, then load, prune, write, release each layer."""
     model, layers = streamed.loaded.model, streamed.layers
     with torch.no_grad():
@@ -127,7 +161,9 @@ def _stream_layers(run: RunState, streamed: StreamedModel, writer: ShardWriter, 
                 with on_device(run, layer):
                     groups, inputs = prune_layer(run, index, len(layers), layer, inputs, groups)
                 with run.timer.section("copies"):
-                    writer.write_layer(index, streamed.layer_tensors(index, layer))
+                    tensors = streamed.layer_tensors(index, layer)
+                    writer.write_layer(index, tensors if packer is None else packer.pack(index, tensors))
+                    del tensors
             finally:
                 with run.timer.section("copies"):
                     streamed.release_layer(index, layer)

@@ -28,7 +28,7 @@ import copy
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -38,8 +38,16 @@ from toolkit.methods.quant_grid import QuantState, dequantize
 from toolkit.models.save import save_checkpoint
 from toolkit.models.shrunk import mark_per_layer, structure_record
 from toolkit.models.tokenizers import TextCodec
+from toolkit.spec.compression import QuantSpec
 
 FORMAT = "pack-quantized"
+
+
+class GridShape(NamedTuple):
+    """What the config of a quantized linear needs: its grid and its (out, in) shape (a QuantState has both)."""
+
+    spec: QuantSpec
+    shape: tuple[int, int]
 
 
 def pack_codes(codes: Tensor, bits: int, packed_dim: Literal[0, 1] = 1) -> Tensor:
@@ -62,23 +70,28 @@ def _check(model: nn.Module, states: dict[str, QuantState]) -> None:
     """ToolkitError for anything the format cannot hold exactly."""
     if not states:
         raise ToolkitError("nothing to export: no quantized linears were given")
-    for name, state in states.items():
+    for name in states:
         module = model.get_submodule(name)
         if not isinstance(module, nn.Linear):
             raise ToolkitError(f"{name} is a {type(module).__name__}; pack-quantized export supports nn.Linear only")
+    check_states(states, {name: tuple(_tensor(model.get_submodule(name), "weight").shape) for name in states})
+
+
+def check_states(states: dict[str, QuantState], shapes: dict[str, tuple[int, ...]]) -> None:
+    """ToolkitError for a state the format cannot hold: AWQ's, another shape than the weight's, partial groups."""
+    for name, state in states.items():
         if hasattr(state, "input_scale"):
             raise ToolkitError(f"{name} holds an AWQ state whose per-input scale must be folded into the preceding "
                                "op; pack-quantized cannot store it: export rtn, gptq or awp results")
-        if tuple(module.weight.shape) != state.shape:
-            raise ToolkitError(f"{name}: state shape {state.shape} differs from the weight "
-                               f"{tuple(module.weight.shape)}")
+        if shapes[name] != state.shape:
+            raise ToolkitError(f"{name}: state shape {state.shape} differs from the weight {shapes[name]}")
         group = state.spec.group_size
         if group and group < state.shape[1] and state.shape[1] % group:
             raise ToolkitError(f"{name}: group size {group} does not divide its {state.shape[1]} inputs; "
                                "compressed-tensors needs whole groups (use a divisor or g0)")
 
 
-def _config(states: dict[str, QuantState]) -> Any:  # a compressed_tensors QuantizationConfig
+def grid_config(states: dict[str, QuantState] | dict[str, GridShape]) -> Any:  # a compressed_tensors QuantizationConfig
     """One config group per distinct grid, targeting the linears by exact name."""
     from compressed_tensors.quantization import (
         QuantizationArgs,
@@ -109,7 +122,7 @@ def _tensor(module: nn.Module, name: str) -> Tensor:
     return cast(Tensor, getattr(module, name))
 
 
-def _load_grid(module: nn.Module, state: QuantState) -> None:
+def load_grid(module: nn.Module, state: QuantState) -> None:
     """Write the state's scales (and signed zero points) into the module's qparams and its weight."""
     offset = 1 << (state.spec.bits - 1)
     weight, scale = _tensor(module, "weight"), _tensor(module, "weight_scale")
@@ -121,7 +134,7 @@ def _load_grid(module: nn.Module, state: QuantState) -> None:
         zero_point.data.copy_(zeros.to(zero_point.dtype))
 
 
-def _store_codes(module: nn.Module, state: QuantState) -> None:
+def store_codes(module: nn.Module, state: QuantState) -> None:
     """Replace the packed tensors the compressor derived by the state's own codes, and check them."""
     bits = state.spec.bits
     packed = _tensor(module, "weight_packed")
@@ -134,12 +147,15 @@ def _store_codes(module: nn.Module, state: QuantState) -> None:
     assert torch.equal(back, state.codes.cpu()), "pack/unpack round trip of the codes failed"
 
 
-def _sizes(folder: Path, model: nn.Module, states: dict[str, QuantState]) -> dict[str, Any]:
-    """Bytes on disk, bytes of the quantized linears (codes, scales, zeros, shapes) and bits per weight."""
+def checkpoint_sizes(folder: Path, model: nn.Module, names: list[str], weights: int) -> dict[str, Any]:
+    """Bytes on disk, bytes of the quantized linears ``names`` (codes, scales, zeros, shapes), bits per weight.
+
+    ``weights``: how many weights the quantized linears hold; ``model`` may be on the meta device.
+    """
     from safetensors import safe_open
 
     quantized = 0
-    prefixes = tuple(f"{name}." for name in states)
+    prefixes = tuple(f"{name}." for name in names)
     for path in folder.glob("*.safetensors"):
         with safe_open(path, "pt") as f:
             for key in f.keys():  # noqa: SIM118 - safe_open is not a mapping
@@ -147,11 +163,10 @@ def _sizes(folder: Path, model: nn.Module, states: dict[str, QuantState]) -> dic
                     tensor = f.get_slice(key)
                     itemsize = torch.empty(0, dtype=_dtype(tensor.get_dtype())).element_size()
                     quantized += math.prod(tensor.get_shape()) * itemsize
-    weights = sum(state.codes.numel() for state in states.values())
     dense_bf16 = 2 * sum(p.numel() for p in model.parameters())
     total = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
     tensors = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
-    return {"bytes": total, "safetensors_bytes": tensors, "quantized_linears": len(states),
+    return {"bytes": total, "safetensors_bytes": tensors, "quantized_linears": len(names),
             "quantized_weights": weights, "quantized_bytes": quantized,
             "bits_per_weight": 8 * quantized / weights, "dense_bf16_bytes": dense_bf16,
             "size_vs_dense_bf16": tensors / dense_bf16}
@@ -185,13 +200,13 @@ def save_quantized(model: nn.Module, codec: TextCodec, folder: str | Path, state
     work = copy.deepcopy(model)
     if dtype is not None:
         work = work.to(dtype)
-    apply_quantization_config(work, _config(states))
+    apply_quantization_config(work, grid_config(states))
     for name, state in states.items():
-        _load_grid(work.get_submodule(name), state)
+        load_grid(work.get_submodule(name), state)
     compressor = ModelCompressor.from_pretrained_model(work, quantization_format=FORMAT)
     compressor.compress_model(work)
     for name, state in states.items():
-        _store_codes(work.get_submodule(name), state)
+        store_codes(work.get_submodule(name), state)
     record = structure_record(model)  # the shapes of the model, not of its compressed copy
 
     def finish(partial: Path) -> None:
@@ -200,7 +215,7 @@ def save_quantized(model: nn.Module, codec: TextCodec, folder: str | Path, state
             mark_per_layer(partial, record)
 
     folder = save_checkpoint(work, codec, folder, finish=finish)
-    sizes = _sizes(folder, model, states)
+    sizes = checkpoint_sizes(folder, model, list(states), sum(state.codes.numel() for state in states.values()))
     config = json.loads((folder / "config.json").read_text())["quantization_config"]
     return sizes | {"folder": str(folder), "format": config.get("format", FORMAT), "compressed_tensors": ct_version,
                     "per_layer": record is not None}

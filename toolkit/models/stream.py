@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from toolkit.models.sources import (
     check_shards,
     is_shrunk,
 )
+from toolkit.models.stream_quant import load_packed, packed_config, packed_weights
 from toolkit.models.tokenizers import BYTES_MARKER, ByteCodec, HFCodec, TextCodec
 from toolkit.runtime.precision import STORAGE_DTYPES
 
@@ -64,6 +65,7 @@ class StreamedModel:
     shards: dict[str, str]
     prefix: str
     dtype: torch.dtype
+    quant: dict[str, Any] | None = None  # a pack-quantized checkpoint's quantization_config (linears dequantized)
 
     @property
     def layers(self) -> nn.ModuleList:
@@ -78,9 +80,14 @@ class StreamedModel:
         """Materialise decoder layer ``index`` (``layer``) on the CPU from the shards, in its storage dtype.
 
         Parameters keep their objects (their storage is swapped in); persistent buffers are
-        overwritten with the checkpoint's values; non-persistent buffers are left as computed.
+        overwritten with the checkpoint's values; non-persistent buffers are left as computed. In a
+        pack-quantized checkpoint the packed linears are dequantized (:mod:`toolkit.models.stream_quant`).
         """
-        _load_into(layer, self.folder, self.shards, self.layer_keys(index, layer))
+        keys = self.layer_keys(index, layer)
+        packed = packed_weights(keys, self.shards) if self.quant is not None else {}
+        _load_into(layer, self.folder, self.shards, {name: key for name, key in keys.items() if name not in packed})
+        if packed and self.quant is not None:
+            load_packed(layer, self.folder, self.shards, packed, self.loaded.model, self.quant)
 
     def release_layer(self, index: int, layer: nn.Module) -> None:
         """Put decoder layer ``index``'s parameters back on the meta device, freeing their host memory."""
@@ -121,8 +128,9 @@ def open_streamed(folder: str | Path, dtype: str = "auto") -> StreamedModel:
 
     ``dtype`` as :func:`toolkit.models.load.load_model` (``auto``: config.json's). Checks first, reading
     no weights: the folder is a local safetensors checkpoint (not a built-in, a .gguf, a hub id, a
-    quantized or per-layer shrunk checkpoint), its shards are complete (:func:`check_shards`) and they
-    hold every tensor of the model the config describes. Raises a one-line :class:`ToolkitError` naming
+    per-layer shrunk checkpoint, nor quantized other than compressed-tensors pack-quantized, whose linears are
+    dequantized as each layer loads), its shards are complete (:func:`check_shards`) and they hold every
+    tensor of the model the config describes. Raises a one-line :class:`ToolkitError` naming
     the input, the decoder layer and tensor that is missing, or what to do.
     """
     path = _check_folder(folder)
@@ -130,30 +138,35 @@ def open_streamed(folder: str | Path, dtype: str = "auto") -> StreamedModel:
         raise ToolkitError(f"unknown --dtype {dtype!r}: use one of {', '.join(STORAGE_DTYPES)}")
     storage = STORAGE_DTYPES[dtype] or config_dtype(path)
     shards = check_shards(path)
-    model = _empty_model(path, storage)
+    quant = packed_config(path)
+    model = _empty_model(path, storage, quantized=quant is not None)
     layers = decoder_layers(model)
     prefix = next(name for name, module in model.named_modules() if module is layers) + "."
-    missing = {key for key in model.state_dict() if key not in shards}
+    state = {key: key for key in model.state_dict()}
+    missing = {key for key in state if key not in shards and key not in packed_weights(state, shards)}
     model.tie_weights(missing_keys=missing)  # lm_head → embeddings when the config ties and the checkpoint omits it
     _check_missing(missing, prefix, path)
     codec: TextCodec = ByteCodec() if (path / BYTES_MARKER).exists() else _hf_codec(path)
     rest = {key: key for key in model.state_dict() if not key.startswith(prefix) and key in shards}
     _load_into(model, path, shards, rest)
     loaded = LoadedModel(model, codec, str(path), f"local checkpoint {path} (streamed layer by layer)", path)
-    return StreamedModel(loaded, path, shards, prefix, storage)
+    return StreamedModel(loaded, path, shards, prefix, storage, quant)
 
 
-def _empty_model(path: Path, storage: torch.dtype) -> Any:
+def _empty_model(path: Path, storage: torch.dtype, *, quantized: bool = False) -> Any:
     """The causal LM ``path``'s config.json describes, in eval mode, every parameter on meta in ``storage``.
 
     Buffers are real (rotary tables computed); parameters the class keeps in float32 are float32 on meta.
-    Raises :class:`ToolkitError` for a quantized config or one transformers cannot build.
+    ``quantized``: the config's pack-quantized ``quantization_config`` is dropped (the linears are float
+    once loaded). Raises :class:`ToolkitError` for another quantized config or one transformers cannot build.
     """
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
         config: Any = AutoConfig.from_pretrained(path)
+        if quantized:
+            del config.quantization_config
         if getattr(config, "quantization_config", None):
             raise ToolkitError(f"{NEEDS_FOLDER} of float weights; {str(path)!r} is quantized: load it in memory")
         with init_empty_weights(include_buffers=False):
@@ -307,11 +320,13 @@ class ShardWriter:
         """Write the tensors outside the decoder layers (embeddings, final norm, lm_head) to ``model-rest``."""
         self._write(REST_SHARD, tensors)
 
-    def finish(self, config: Any, codec: TextCodec, *, copy_from: Path | None = None) -> Path:
+    def finish(self, config: Any, codec: TextCodec, *, copy_from: Path | None = None,
+               before_rename: Callable[[Path], None] = lambda partial: None) -> Path:
         """Write the index, config.json (``dtype``: the shards' storage dtype) and the tokenizer; rename; return it.
 
         ``config`` is the model's transformers config (its ``dtype`` is set to what the shards hold);
-        ``copy_from`` is the source checkpoint, whose :data:`COPIED_FILES` are copied when present.
+        ``copy_from`` is the source checkpoint, whose :data:`COPIED_FILES` are copied when present;
+        ``before_rename(partial)`` runs last in the partial folder (a quantized run adds its quantization_config).
         """
         assert self._created, "finish() before any tensor was written"
         index = {"metadata": {"total_size": self.total_size}, "weight_map": dict(sorted(self.weight_map.items()))}
@@ -326,6 +341,7 @@ class ShardWriter:
             codec.tokenizer.save_pretrained(self.partial)
         elif isinstance(codec, ByteCodec):
             (self.partial / BYTES_MARKER).write_text(json.dumps({"tokenizer": "bytes", "bos_id": codec.bos_id}))
+        before_rename(self.partial)
         self.partial.rename(self.folder)
         self._created = False
         return self.folder

@@ -177,7 +177,7 @@ class RunConfig:
                                "units of a layer: drop --permute or use a linear-scope method")
 
     def _check_stream(self, spec: Any) -> None:
-        """--stream: a local checkpoint folder, a linear-scope method, no quantization, perplexity only."""
+        """--stream: a local checkpoint folder, a linear-scope method, a savable quantization, perplexity only."""
         if not self.stream:
             return
         if self.model.endswith(".gguf") or not Path(self.model).expanduser().is_dir():
@@ -186,8 +186,10 @@ class RunConfig:
         if spec.scope.value != "linear":
             raise ToolkitError(f"--stream runs linear-scope methods; {spec.name} changes the layers' shapes: "
                                "drop --stream")
-        if self.quant is not None:
-            raise ToolkitError("--stream writes a dense checkpoint; quantize in memory (drop --stream)")
+        if self.quant is not None and not spec.saves_quant:
+            raise ToolkitError(f"--stream writes the checkpoint as it goes, and {spec.name} results cannot be saved as "
+                               "a quantized checkpoint (1/s must be folded into the preceding op): quantize with rtn, "
+                               "gptq or awp, or drop --stream")
         if self.distributed:
             raise ToolkitError("--stream and --distributed exclude each other")
         if self.tasks or self.generate:

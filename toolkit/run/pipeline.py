@@ -32,6 +32,7 @@ from toolkit.models.quant_checkpoint import StateCollector, check_savable, save_
 from toolkit.models.shrunk import save_shrunk
 from toolkit.models.sources import is_shrunk
 from toolkit.models.stream import StreamedModel, open_streamed
+from toolkit.models.stream_quant import streamed_report
 from toolkit.run.accounting import Accounting, account, folder_bytes, linear_shapes
 from toolkit.run.bought import DensePrice, bought, dense_price, measures_speed
 from toolkit.run.checks import check_context
@@ -235,7 +236,7 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
     before = linear_shapes(model)
     devices = used_devices(run.device, run.engine_cfg, config.propagate or run.spec.propagate)
     reset_gpu_peak(devices)
-    collected = StateCollector() if config.save_model and config.quant is not None else None
+    collected = StateCollector() if config.save_model and config.quant is not None and run.streamed is None else None
     zeros = input_zeros(model) if config.quant is not None and run.streamed is None else None  # a pruned input's
 
     def on_mask(layer: int, name: str, keep: torch.Tensor) -> None:
@@ -306,8 +307,7 @@ def _save(config: RunConfig, run: Prepared, writer: RunWriter,
         return None
     model, codec, folder = run.loaded.model, run.loaded.codec, writer.path / "model"
     if run.streamed is not None:  # written by the streamed run, layer by layer
-        return {"folder": str(folder), "format": "dense", "bytes": folder_bytes(folder),
-                "dtype": DTYPE_NAMES.get(storage_dtype(model), str(storage_dtype(model)))}
+        return streamed_report(folder, model, sparse=config.sparsity is not None)
     try:
         if collected is not None:
             return save_run_checkpoint(model, codec, folder, collected)

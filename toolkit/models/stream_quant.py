@@ -1,0 +1,220 @@
+"""Streamed pack-quantized checkpoints: each decoder layer's linears packed as the layer is written, and read back.
+
+The writing side of ``--stream --quant``: :class:`LayerPacker` takes the quantization states of one decoder
+layer (given by the engine's sinks as the layer is compressed, masked as
+:class:`toolkit.models.quant_checkpoint.StateCollector` masks them), turns each quantized linear's ``weight``
+into the compressed-tensors ``pack-quantized`` tensors (``weight_packed``, ``weight_scale``,
+``weight_zero_point`` for asymmetric grids, ``weight_shape``) and forgets the states, so host memory stays one
+layer. The packing is :mod:`toolkit.models.save_quant`'s, linear by linear: the compressed-tensors library
+compresses a copy of that one linear under its qualified name, and the state's own codes replace what it
+derived. At the end :meth:`LayerPacker.write_config` adds the ``quantization_config`` that
+:func:`toolkit.models.save_quant.save_quantized` writes for the same linears (built by the library from the
+model's schemes, on the meta device), so the folder is the checkpoint an in-memory ``--save-model`` run writes.
+
+The reading side: :func:`packed_config` tells whether a folder is such a checkpoint, and
+:func:`load_packed` dequantizes one layer's packed linears from the shards (by the compressed-tensors library,
+:func:`toolkit.models.quant_checkpoint.dequantize_state`) into their ``weight`` parameters.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from toolkit.errors import ToolkitError
+from toolkit.methods.quant_grid import QuantState
+from toolkit.models.packed import PACKED, dequantize_state
+from toolkit.models.quant_checkpoint import SPARSE_NOTE, StateCollector
+from toolkit.models.save_quant import (
+    FORMAT,
+    GridShape,
+    check_states,
+    checkpoint_sizes,
+    grid_config,
+    load_grid,
+    store_codes,
+)
+from toolkit.models.sources import check_shards
+from toolkit.runtime.placement import storage_dtype
+from toolkit.runtime.precision import DTYPE_NAMES
+
+WEIGHT = "weight"
+
+
+def packed_config(folder: Path) -> dict[str, Any] | None:
+    """The ``quantization_config`` of ``folder``'s config.json when it is compressed-tensors pack-quantized, else None.
+
+    Raises :class:`ToolkitError` for any other quantization (a GPTQ, AWQ or bitsandbytes checkpoint), which
+    streaming cannot read.
+    """
+    config = json.loads((folder / "config.json").read_text())
+    quant = config.get("quantization_config")
+    if not quant:
+        return None
+    if quant.get("quant_method") != "compressed-tensors" or quant.get("format") != FORMAT:
+        kind = quant.get("format") or quant.get("quant_method") or "unknown"
+        raise ToolkitError(f"streaming reads float or compressed-tensors {FORMAT} checkpoints; {str(folder)!r} is "
+                           f"quantized as {kind}: load it in memory")
+    return quant
+
+
+def streamed_report(folder: Path, model: nn.Module, *, sparse: bool) -> dict[str, Any]:
+    """The ``checkpoint`` report of a streamed run's folder: :func:`packed_report`'s, or a float one's.
+
+    A float checkpoint's: ``folder``, ``format`` dense, ``bytes`` of every file, ``dtype`` of the model's weights.
+    """
+    packed = packed_report(folder, model, sparse=sparse)
+    if packed is not None:
+        return packed
+    dtype = storage_dtype(model)
+    return {"folder": str(folder), "format": "dense",
+            "bytes": sum(file.stat().st_size for file in folder.rglob("*") if file.is_file()),
+            "dtype": DTYPE_NAMES.get(dtype, str(dtype))}
+
+
+def packed_report(folder: Path, model: nn.Module, *, sparse: bool) -> dict[str, Any] | None:
+    """The ``checkpoint`` report of a streamed pack-quantized checkpoint (None for a float one).
+
+    The fields of :func:`toolkit.models.quant_checkpoint.save_run_checkpoint`'s report, measured on the folder;
+    ``model`` (on meta or not) gives the linears' sizes; ``sparse``: the run also pruned (adds ``sparse_note``).
+    """
+    from compressed_tensors import __version__ as ct_version
+
+    quant = packed_config(folder)
+    if quant is None:
+        return None
+    names = sorted({key.removesuffix(f".{PACKED}") for key in check_shards(folder) if key.endswith(f".{PACKED}")})
+    weights = sum(model.get_submodule(name).get_parameter(WEIGHT).numel() for name in names)
+    sizes = checkpoint_sizes(folder, model, names, weights)
+    return sizes | {"folder": str(folder), "format": quant.get("format", FORMAT), "compressed_tensors": ct_version,
+                    "per_layer": False} | ({"sparse_note": SPARSE_NOTE} if sparse else {})
+
+
+def packed_weights(keys: dict[str, str], shards: dict[str, str]) -> dict[str, str]:
+    """The entries of ``keys`` (name → checkpoint key) that are a linear's ``weight`` stored packed in ``shards``."""
+    return {name: key for name, key in keys.items()
+            if key.endswith(f".{WEIGHT}") and key not in shards and f"{key}_packed" in shards}
+
+
+def load_packed(module: nn.Module, folder: Path, shards: dict[str, str], keys: dict[str, str],
+                model: nn.Module, quant: dict[str, Any]) -> None:
+    """Dequantize the packed weights named in ``keys`` (name in ``module`` → checkpoint key) into ``module``.
+
+    ``model`` is the whole model (its module names are what ``quant``'s config groups target); each weight
+    is dequantized in the dtype its parameter has and swapped into it (a parameter on meta gets the storage).
+    """
+    from safetensors import safe_open
+
+    params = dict(module.named_parameters())
+    for name, key in keys.items():
+        linear = key.removesuffix(f".{WEIGHT}")
+        local: dict[str, Tensor] = {}
+        for part in (k for k in shards if k.startswith(f"{linear}.{WEIGHT}_")):
+            with safe_open(str(folder / shards[part]), framework="pt", device="cpu") as handle:
+                local[part] = handle.get_tensor(part)
+        target = params[name]
+        value = dequantize_state(local, model, quant, target.dtype)[key]
+        if tuple(value.shape) != tuple(target.shape):
+            raise ToolkitError(f"packed {linear} in {str(folder)!r} has shape {tuple(value.shape)}, the model "
+                               f"expects {tuple(target.shape)}; the checkpoint does not match its config.json")
+        if target.device.type == "meta":
+            torch.utils.swap_tensors(target, nn.Parameter(value, requires_grad=target.requires_grad))
+        else:
+            with torch.no_grad():
+                target.copy_(value)
+
+
+def _holder(name: str, linear: nn.Module) -> nn.Module:
+    """A module tree holding ``linear`` alone under its qualified ``name`` (what the library's targets match)."""
+    root = nn.Module()
+    _graft(root, name, linear)
+    return root
+
+
+def pack_linear(name: str, weight: Tensor, state: QuantState) -> dict[str, Tensor]:
+    """The pack-quantized tensors (checkpoint key → CPU tensor) of linear ``name`` whose float weight is ``weight``.
+
+    Scales are stored in ``weight``'s dtype, as :func:`toolkit.models.save_quant.save_quantized` stores them
+    for a model in that dtype.
+    """
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import apply_quantization_config
+
+    out, cols = state.shape
+    linear = nn.Linear(cols, out, bias=False, dtype=weight.dtype)
+    linear.requires_grad_(False)
+    holder = _holder(name, linear)
+    apply_quantization_config(holder, grid_config({name: GridShape(state.spec, state.shape)}))
+    module = holder.get_submodule(name)
+    load_grid(module, state)
+    ModelCompressor.from_pretrained_model(holder, quantization_format=FORMAT).compress_model(holder)
+    store_codes(module, state)
+    return {f"{name}.{key}": tensor.detach().cpu().contiguous() for key, tensor in module.state_dict().items()}
+
+
+@dataclass
+class LayerPacker:
+    """Packs each written decoder layer's quantized linears; remembers only their grids for the config."""
+
+    names: dict[tuple[int, str], str]  # (layer, linear) → qualified name (quant_checkpoint.qualified_names)
+    collector: StateCollector = field(default_factory=StateCollector)
+    grids: dict[str, GridShape] = field(default_factory=dict)
+
+    def pack(self, index: int, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Layer ``index``'s tensors with its quantized linears' weights replaced by their packed tensors.
+
+        The layer's states (and keep-masks) are dropped from the collector once packed.
+        """
+        states = {key: self.collector.states.pop(key) for key in list(self.collector.states) if key[0] == index}
+        for key in [key for key in self.collector.keeps if key[0] == index]:
+            del self.collector.keeps[key]
+        named = {self.names[key]: state for key, state in states.items()}
+        check_states(named, {name: tuple(tensors[f"{name}.{WEIGHT}"].shape) for name in named})
+        packed = dict(tensors)
+        for name, state in named.items():
+            packed.update(pack_linear(name, packed.pop(f"{name}.{WEIGHT}"), state))
+            self.grids[name] = GridShape(state.spec, state.shape)
+        return packed
+
+    def write_config(self, model: nn.Module, folder: Path) -> None:
+        """Add the ``quantization_config`` of every packed linear to ``folder``'s config.json.
+
+        The config is the library's, from the schemes applied to a meta-device copy of ``model``'s linears
+        (the unquantized ones, such as ``lm_head``, are its ``ignore`` list), as the in-memory save derives it.
+        """
+        from compressed_tensors.compressors import ModelCompressor
+        from compressed_tensors.quantization import QuantizationStatus, apply_quantization_config
+
+        if not self.grids:
+            raise ToolkitError("nothing to export: no quantized linears were given")
+        root = nn.Module()
+        for name, module in model.named_modules():  # every linear, in order: the others make the ignore list
+            if isinstance(module, nn.Linear):
+                linear = nn.Linear(module.in_features, module.out_features, bias=False, device="meta",
+                                   dtype=module.weight.dtype)
+                _graft(root, name, linear)
+        apply_quantization_config(root, grid_config(self.grids))
+        compressor = ModelCompressor.from_pretrained_model(root, quantization_format=FORMAT)
+        if compressor.quantization_config is not None:
+            compressor.quantization_config.quantization_status = QuantizationStatus.COMPRESSED
+        compressor.update_config(str(folder))
+
+
+def _graft(root: nn.Module, name: str, linear: nn.Module) -> None:
+    """Put ``linear`` under ``root`` at the qualified ``name``, creating the modules on its path."""
+    parent = root
+    *path, last = name.split(".")
+    for part in path:
+        if not hasattr(parent, part):
+            parent.add_module(part, nn.Module())
+        parent = parent.get_submodule(part)
+    parent.add_module(last, linear)
+
+
+__all__ = ["LayerPacker", "load_packed", "pack_linear", "packed_config", "packed_report", "packed_weights",
+           "streamed_report"]
