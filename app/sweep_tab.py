@@ -4,7 +4,8 @@ Two curves: perplexity vs sparsity (one line per method and allocation: uniform,
 perplexity vs bits per weight (scales counted) for the quantized points (sweep int2/int3/int4 at a
 fixed method for the bits curve). With two or more calibration seeds every point runs once per seed
 and is drawn at its mean with ± std error bars. Before Run, the form shows how long the sweep
-should take (:func:`toolkit.sweep.estimate`), redrawn whenever the form changes.
+should take (:func:`toolkit.sweep.estimate`), redrawn whenever the form changes. Under the results, the
+run store's frontier (perplexity against decode speed, :mod:`app.frontier_view`).
 
 :func:`sweep_stream` is the handler's logic as a plain generator (tests drive it): plan the
 configs (:func:`toolkit.sweep.plan`), wait for the device, then follow :func:`toolkit.sweep.run_sweep`
