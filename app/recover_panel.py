@@ -1,4 +1,4 @@
-"""The Runs tab's Recover panel: fine-tune the picked run with its masks kept, the loss curve live.
+"""The Runs tab's Recover panel: fine-tune the picked run with its masks kept (LoRA or full), the loss curve live.
 
 :func:`recover_stream` is the handler's logic as a plain generator of ``{output name: value}``
 dicts (the tests drive it directly). It checks the input, waits for the device (one job at a time
@@ -34,7 +34,10 @@ QUEUE_POLL = 0.5
 KIND = "recover"  # the session's job kind (apart from the Run tab's "run")
 
 
-def _events(run_dir: Path, steps: int, token: CancelToken) -> Iterator[Any]:
+TRAINS = ("lora", "full")  # the panel's choice: masked-LoRA adapters, or the linears themselves (recover --train)
+
+
+def _events(run_dir: Path, steps: int, token: CancelToken, train: str = "lora") -> Iterator[Any]:
     """The recovery's events, live: :func:`recover_model` runs in a thread; closing this cancels it."""
     items: queue.Queue = queue.Queue()
     end = object()
@@ -42,7 +45,7 @@ def _events(run_dir: Path, steps: int, token: CancelToken) -> Iterator[Any]:
 
     def worker() -> None:
         try:
-            recover_model(run=run_dir, steps=steps, on_event=items.put, cancel=token)
+            recover_model(run=run_dir, steps=steps, train=train, on_event=items.put, cancel=token)
         except RunCancelled:
             pass  # its RunFailed event already says so
         except Exception as exc:  # handed to the consumer: the Job turns it into a message
@@ -63,9 +66,11 @@ def _events(run_dir: Path, steps: int, token: CancelToken) -> Iterator[Any]:
         raise failure[0]
 
 
-def recover_stream(run_id: str, steps: Any, *, runs_dir: str, session: str = "local",
+def recover_stream(run_id: str, steps: Any, *, runs_dir: str, session: str = "local", train: str = "lora",
                    clock: Callable[[], float] = time.monotonic) -> Iterator[dict[str, Any]]:
     """Check, queue, run and follow one recovery of run ``run_id``; yields ``{output name: value}`` updates.
+
+    ``train`` is ``lora`` (masked-LoRA adapters, merged) or ``full`` (the linears trained directly).
 
     Every failure is one message in ``status`` (no toast besides), never an exception. Closing the
     generator (the page's Cancel, a closed tab) cancels the recovery or leaves the queue.
@@ -74,6 +79,8 @@ def recover_stream(run_id: str, steps: Any, *, runs_dir: str, session: str = "lo
         count = _steps(steps)
         if not run_id:
             raise ToolkitError("pick a run first (a finished run with a saved model)")
+        if train not in TRAINS:
+            raise ToolkitError(f"unknown training {train!r}: pick lora or full")
     except ToolkitError as exc:
         yield {"status": _refused(str(exc))}
         return
@@ -87,7 +94,8 @@ def recover_stream(run_id: str, steps: Any, *, runs_dir: str, session: str = "lo
         if job.token.cancelled:
             yield {"status": "**■ cancelled** while waiting in the queue; nothing was run."}
             return
-        job.start(lambda: _events(Path(runs_dir) / str(run_id), count, job.token), on_exit=lambda: line.leave(ticket))
+        job.start(lambda: _events(Path(runs_dir) / str(run_id), count, job.token, train),
+                  on_exit=lambda: line.leave(ticket))
         yield from _follow(job, clock, run_id)
     finally:
         job.stream_closed(line, ticket)
@@ -175,10 +183,12 @@ def cancel_message(session: str, runs_dir: str, wait: float = 20.0) -> str:
 
 def build(gr: Any, *, runs_dir: str, chosen: Any) -> dict[str, Any]:
     """Lay out the Recover panel (steps, Recover, Cancel, status, live loss curve, result) and wire it."""
-    with gr.Accordion("Recover: fine-tune the picked run with its masks kept (masked LoRA)", open=False):
+    with gr.Accordion("Recover: fine-tune the picked run with its masks kept (masked LoRA or full)", open=False):
         with gr.Row():
             steps = gr.Number(value=DEFAULT_STEPS, precision=0, minimum=1, label="Steps", scale=1,
                               elem_id="recover-steps")
+            train = gr.Radio(list(TRAINS), value="lora", label="Train", scale=1, elem_id="recover-train",
+                             info="lora: low-rank adapters, merged; full: the linear weights themselves")
             start = gr.Button("Recover", variant="primary", scale=1, elem_id="recover-button")
             stop = gr.Button("Cancel recovery", variant="stop", scale=1, elem_id="recover-cancel")
         status = gr.Markdown(elem_id="recover-status")
@@ -188,16 +198,17 @@ def build(gr: Any, *, runs_dir: str, chosen: Any) -> dict[str, Any]:
     outputs = {"status": status, "loss": loss, "result": result}
 
     # gr is the gradio module, passed in (not a type to pyright); Gradio reads this annotation
-    def handler(run_id: str, count: Any, request: gr.Request) -> Iterator[dict]:  # pyright: ignore[reportInvalidTypeForm]
+    def handler(run_id: str, count: Any, kind: str,
+                request: gr.Request) -> Iterator[dict]:  # pyright: ignore[reportInvalidTypeForm]
         session = str(getattr(request, "session_hash", None) or "local")
-        for update in recover_stream(run_id, count, runs_dir=runs_dir, session=session):
+        for update in recover_stream(run_id, count, runs_dir=runs_dir, session=session, train=kind):
             yield {outputs[key]: value for key, value in update.items()}
 
     # gr is the gradio module, passed in (not a type to pyright); Gradio reads this annotation
     def cancel(request: gr.Request) -> str:  # pyright: ignore[reportInvalidTypeForm]
         return cancel_message(str(getattr(request, "session_hash", None) or "local"), runs_dir)
 
-    event = start.click(handler, inputs=[chosen, steps], outputs=list(outputs.values()), concurrency_limit=16,
+    event = start.click(handler, inputs=[chosen, steps, train], outputs=list(outputs.values()), concurrency_limit=16,
                         show_progress="hidden")
     stop.click(cancel, inputs=None, outputs=status, cancels=[event], concurrency_limit=None, show_progress="hidden")
     return outputs

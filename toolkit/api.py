@@ -227,11 +227,13 @@ def recover_model(
 ) -> dict[str, Any]:
     """Recovery fine-tune of the saved run ``run`` (a run folder) with its keep-masks kept; returns the result dict.
 
-    Masked LoRA (ΔW = (alpha/rank · B A) ⊙ M) on the parent's calibration text, merged, saved as a
+    Masked LoRA (ΔW = (alpha/rank · B A) ⊙ M), or with ``train="full"`` the linears themselves
+    (gradients masked), on the parent's calibration text, saved as a
     new run in the same store, linked to its parent, with perplexity before and after
     (:mod:`toolkit.run.recover`; docs/recover.md). ``settings`` are the fields of
-    :class:`toolkit.run.recover_config.RecoverConfig`: ``steps``, ``rank``, ``alpha``, ``lr``,
-    ``batch_size``, ``seqlen``, ``seed``, ``eval_windows``, ``device``, ``out_dir``. Raises
+    :class:`toolkit.run.recover_config.RecoverConfig`: ``train``, ``steps``, ``rank``, ``alpha``, ``lr``,
+    ``batch_size``, ``seqlen``, ``seed``, ``eval_windows``, ``device``, ``out_dir``, ``loss``,
+    ``temperature``. Raises
     :class:`ToolkitError` for bad input before any work, :class:`RunCancelled` when cancelled.
     """
     from toolkit.run.recover import recover

@@ -80,3 +80,15 @@ def test_a_finished_recovery_shows_its_warnings_instead_of_claiming_the_masks_ke
     text = result_markdown(view)
     assert "the masks kept)" not in text and "see the warnings below" in text
     assert "⚠ the stored keep-masks keep 2,048 weights" in text
+
+
+def test_the_full_choice_trains_the_linears_and_is_recorded(store: Path, parent: Path) -> None:
+    final = list(recover_stream(parent.name, 2, runs_dir=str(store), session="panel-full", train="full"))[-1]
+    assert "✓ finished" in final["status"]
+    (child,) = [r for r in list_runs(store) if r.config.get("method") == "recover"]
+    assert child.config["train"] == "full" and child.result["options"]["train"] == "full"
+
+
+def test_an_unknown_training_is_a_message_before_any_work(store: Path, parent: Path) -> None:
+    (update,) = recover_stream(parent.name, 2, runs_dir=str(store), session="panel-bogus", train="bogus")
+    assert "unknown training 'bogus': pick lora or full" in update["status"] and len(list_runs(store)) == 1

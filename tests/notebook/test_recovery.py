@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.recovery import parent_run
+from toolkit.errors import ToolkitError
 from toolkit.widgets import RecoveryPanel
 
 
@@ -23,3 +26,15 @@ def test_the_panel_recovers_and_draws_the_loss_live(tmp_path: Path) -> None:
     panel.run_box.value = str(tmp_path / "nope")
     panel.run()
     assert "is not a run folder" in panel.status.value
+
+
+def test_the_panel_trains_the_linears_when_full_is_chosen(tmp_path: Path) -> None:
+    parent = parent_run(tmp_path)
+    panel = RecoveryPanel(parent.name, steps=2, runs_dir=tmp_path, lr=1e-3)
+    assert panel.train in panel.widget.children[1].children and panel.train.value == "lora"
+    panel.train.value = "full"
+    panel.run()
+    assert panel.view.status == "finished" and panel.result is not None
+    assert panel.result["options"]["train"] == "full"
+    with pytest.raises(ToolkitError, match="unknown train='bogus'"):
+        RecoveryPanel(parent.name, runs_dir=tmp_path, train="bogus")

@@ -1,6 +1,6 @@
 """Recovery in a notebook: fine-tune a saved run with its masks kept, the loss curve drawn live.
 
-- :class:`RecoveryPanel`: run folder, steps, Recover / Cancel, the live loss curve
+- :class:`RecoveryPanel`: run folder, steps, the training (lora | full), Recover / Cancel, the live loss curve
   (:func:`toolkit.figures.recovery.recovery_figure`) and perplexity before → after.
   ``RecoveryPanel(run).run()`` runs in the cell; the Recover button runs in a background thread so
   Cancel stays clickable. A finished recovery writes its curve into the plot's widget state so a saved
@@ -29,7 +29,7 @@ from toolkit.notebook.kernel_note import kernel_note
 from toolkit.notebook.panels import FIELD, FLEX_ROW, PANEL_PX
 from toolkit.notebook.quiet import quiet_progress_bars
 from toolkit.notebook.widgets import _copy_into, keep_final_figure
-from toolkit.run.recover_config import DEFAULT_STEPS
+from toolkit.run.recover_config import DEFAULT_STEPS, TRAINS
 
 REFRESH = 0.5  # seconds between redraws while a recovery streams
 
@@ -38,14 +38,15 @@ class RecoveryPanel(BackgroundPanel):
     """A recovery of one saved run for notebooks; display it, then press Recover or call :meth:`run`.
 
     ``run`` is a run folder (or a run id under ``runs_dir``) saved with ``--save-model``;
-    ``settings`` are further :func:`toolkit.api.recover_model` settings (rank, alpha, lr, batch_size,
-    seqlen, seed, eval_windows, device, out_dir).
+    ``train`` is ``lora`` (masked-LoRA adapters, merged) or ``full`` (the linears trained directly), a
+    toggle on the panel. ``settings`` are further :func:`toolkit.api.recover_model` settings (rank,
+    alpha, lr, batch_size, seqlen, seed, eval_windows, device, out_dir, loss).
     """
 
     busy = "A recovery is going on; cancel it first."
 
     def __init__(self, run: str | Path = "", *, steps: int = DEFAULT_STEPS, runs_dir: str | Path = "runs",
-                 **settings: Any) -> None:
+                 train: str = "lora", **settings: Any) -> None:
         import ipywidgets as w
         import plotly.graph_objects as go
 
@@ -54,6 +55,11 @@ class RecoveryPanel(BackgroundPanel):
         self.run_box = w.Text(value=str(run), description="run", placeholder="runs/<id> (saved with --save-model)",
                               layout=field)
         self.steps = w.BoundedIntText(value=steps, min=1, max=1_000_000, description="steps", layout=field)
+        if train not in TRAINS:
+            raise ToolkitError(f"unknown train={train!r}: use lora (masked-LoRA adapters) or full (the linear "
+                               "weights themselves)")
+        self.train = w.ToggleButtons(options=list(TRAINS), value=train, description="train",
+                                     tooltips=["masked-LoRA adapters, merged", "the linear weights themselves"])
         self.recover_button = w.Button(description="Recover", button_style="primary")
         self.cancel_button = w.Button(description="Cancel", button_style="danger")
         self.status = w.HTML("Give a run with a saved model, then Recover.")
@@ -67,7 +73,8 @@ class RecoveryPanel(BackgroundPanel):
         self._drawn, self._final = -math.inf, False
         self.recover_button.on_click(lambda _: self.start())
         self.cancel_button.on_click(lambda _: self.cancel())
-        form = w.HBox([self.run_box, self.steps, self.recover_button, self.cancel_button], layout=w.Layout(**FLEX_ROW))
+        form = w.HBox([self.run_box, self.steps, self.train, self.recover_button, self.cancel_button],
+                      layout=w.Layout(**FLEX_ROW))
         self.widget = w.VBox([self.kernel_note, form, self.status, self.figure, self.result_html],
                              layout=w.Layout(width="100%"))
 
@@ -90,7 +97,8 @@ class RecoveryPanel(BackgroundPanel):
         self.status.value = f"starting: loading the saved model of {self.run_box.value}…"
         try:
             self.result = recover_model(run=self._run_dir(), steps=int(self.steps.value), on_event=self._on_event,
-                                        cancel=self._token, **{**self.settings, **overrides})
+                                        cancel=self._token, **{"train": self.train.value, **self.settings,
+                                                               **overrides})
         except (ToolkitError, RunCancelled) as exc:
             if self.view.status in ("idle", "running"):
                 self.view.status, self.view.error = ("cancelled" if isinstance(exc, RunCancelled) else "failed",
@@ -121,12 +129,12 @@ class RecoveryPanel(BackgroundPanel):
                                       f"recovered run {view.run_id} (parent {view.parent}, masks kept)")
 
 
-def recover(run: str | Path, *, steps: int = DEFAULT_STEPS, runs_dir: str | Path = "runs",
+def recover(run: str | Path, *, steps: int = DEFAULT_STEPS, runs_dir: str | Path = "runs", train: str = "lora",
             **settings: Any) -> RecoveryPanel:
     """Display a :class:`RecoveryPanel` for ``run`` and recover it in this cell; returns the panel."""
     from IPython.display import display
 
-    panel = RecoveryPanel(run, steps=steps, runs_dir=runs_dir, **settings)
+    panel = RecoveryPanel(run, steps=steps, runs_dir=runs_dir, train=train, **settings)
     display(panel)
     panel.run()
     return panel
