@@ -15,15 +15,15 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from app import howto
+from app.howto import Plot
 from toolkit.figures.frontier import frontier_figure
 from toolkit.figures.frontier_runs import store_frontier, summary_lines
 from toolkit.store.runs import list_runs
 
 TITLE = "frontier of the run store: perplexity vs decode speed (marker area ∝ bytes)"
-INTRO = ("**Frontier**: every finished run of one model and evaluation protocol, perplexity against decode "
-         "tokens/s relative to the dense model (batch 1, both timed in the run), marker area ∝ the bytes of "
-         "the model as saved (hollow: estimated). The dashed step line is the Pareto front: no other output is "
-         "both better or equal in perplexity and faster or equal.")
+INTRO = ("**Frontier of the run store**: which compressed model is fastest at the quality you can accept? "
+         "**Refresh frontier** reads the store again.")
 
 
 def frontier_view(runs_dir: str) -> tuple[go.Figure, str]:
@@ -38,6 +38,7 @@ def build(gr: Any, *, runs_dir: str) -> dict[str, Any]:
     figure, summary = frontier_view(runs_dir)
     gr.Markdown(INTRO, elem_id="sweep-frontier-intro")
     plot = gr.Plot(figure, show_label=False, elem_id="sweep-frontier")
+    howto.accordions(gr, "sweep", Plot.FRONTIER)
     text = gr.Markdown(summary, elem_id="sweep-frontier-summary")
     refresh = gr.Button("Refresh frontier", size="sm", elem_id="sweep-frontier-refresh")
     refresh.click(lambda: frontier_view(runs_dir), inputs=None, outputs=[plot, text], concurrency_limit=4,

@@ -42,6 +42,7 @@ class Plot(str, Enum):
     RECOVERY = "recovery"
     ALLOCATION = "allocation"
     REFINE = "refine"
+    FRONTIER = "frontier"
 
 
 TEXTS: dict[Plot, str] = {
@@ -92,6 +93,13 @@ TEXTS: dict[Plot, str] = {
         "**Axes**: sparsity (x) against the mean zero-shot accuracy over the chosen tasks (y); dashed = dense. "
         "**Good** stays near the dense line. Accuracy moves in steps of 1/examples and chance level is often "
         "25–50%, so small differences at a low task limit are noise; perplexity is the finer measure."),
+    Plot.FRONTIER: (
+        "**Axes**: decode tokens/s relative to the dense model at batch 1 (x; both timed in the run, so the ratio "
+        "holds on a busy machine) against perplexity (y, log); marker area ∝ the bytes of the model as saved "
+        "(hollow: an estimate), the dense model at 1×. Only runs of one model and evaluation protocol are drawn.\n\n"
+        "**Good** is the lower-right. The dashed step line is the Pareto front: no other output is both better or "
+        "equal in perplexity and faster or equal. Removing heads, channels or layers (and INT4 packing) can move "
+        "a point right; a model pruned to zeros but stored dense has the dense shapes and no speed of its own."),
     Plot.BITS: (
         "**Quantization**: bits per weight (x, scales and zero points counted) against perplexity (y, log); one "
         "line per method and sparsity. **Good** is the lower-left: fewer bits at little perplexity cost. INT8 "
