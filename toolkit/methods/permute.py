@@ -12,7 +12,10 @@ sit side by side, one m-group holds more of them than it may keep. Permuting the
        gain(i, j) = Σ_rows [ top-n(R_j) + max(0, S_·i − t_j) ],   t_j = n-th largest of R_j
    (R_j the group's other m−1 inputs: adding i to them replaces their n-th largest only if larger).
    The current placement is one of the assignments, so a step never lowers the kept sum; sweeps
-   over the positions stop when one gains nothing (at most :data:`SWEEPS`).
+   over the positions stop when one gains nothing (at most :data:`SWEEPS`). The assignment is exact
+   (:func:`assign_max`: most rows matched in whole-matrix steps, the rest by shortest augmenting paths);
+   where the optimum is not unique (inputs that swap places without changing any row's kept set, seen
+   with few rows) another optimal placement may be returned than by a different exact solver.
 
 The objective is the sum of kept scores Σ S ⊙ keep_nm(S_π); the permutation with the larger sum
 of the refined one and the identity is used. :func:`permuted_solve` solves one linear in the
@@ -40,6 +43,7 @@ from toolkit.methods.ria import ria_scores
 from toolkit.methods.wanda import wanda_scores
 from toolkit.spec.targets import NM
 
+PATIENCE = 128  # steps of the row reduction without fewer free rows before the rest go to the Dijkstra search
 SWEEPS = 1  # refinement sweeps over the m positions (each is m assignments); a second adds < 0.1 % (measured)
 
 
@@ -75,9 +79,12 @@ def assign_max(gain: np.ndarray) -> np.ndarray:
 
     The Hungarian method (shortest augmenting paths with potentials u, v, O(K³)): ``gain`` (K, K) float64;
     returns ``col`` (K,) int with Σ_i gain[i, col[i]] maximal. Row and column reductions first match each
-    row to a free column of zero reduced cost where one is left; every other row is added by a Dijkstra
-    search over the columns, one vectorised step per column reached, with the potentials' changes kept
-    as the distance at which each column was reached and applied once at the end of the search.
+    row to a free column of zero reduced cost where one is left; :func:`_reduce_rows` then matches most of
+    the others in whole-matrix steps; every row still free is added by a Dijkstra search over the columns,
+    one vectorised step per column reached, with the potentials' changes kept as the distance at which
+    each column was reached and applied once at the end of the search. Every phase keeps the reduced
+    costs ≥ 0 and the matched ones 0, so the result is optimal (the same assignment whenever the optimum
+    is unique).
     """
     size = gain.shape[0]
     cost = gain.max() - gain  # minimise, all ≥ 0
@@ -89,6 +96,7 @@ def assign_max(gain: np.ndarray) -> np.ndarray:
         cols = np.flatnonzero(tight[row] & (owner < 0))
         if cols.size:
             owner[cols[0]] = row
+    _reduce_rows(cost, u, v, owner)
     matched = np.zeros(size, dtype=bool)
     matched[owner[owner >= 0]] = True
     for row in np.flatnonzero(~matched):
@@ -96,6 +104,49 @@ def assign_max(gain: np.ndarray) -> np.ndarray:
     col_of_row = np.empty(size, dtype=np.int64)
     col_of_row[owner] = np.arange(size)
     return col_of_row
+
+
+def _reduce_rows(cost: np.ndarray, u: np.ndarray, v: np.ndarray, owner: np.ndarray, rounds: int = 0) -> None:
+    """Match free rows by augmenting row reduction, all free rows at once; updates u, v, owner in place.
+
+    Jonker and Volgenant's reduction, one step for every free row together: row i finds its two
+    smallest reduced costs c_ij − v_j (a₁ at column j₁, a₂); the row with the largest a₂ − a₁ among
+    those that chose j₁ takes it, v_j₁ falls by a₂ − a₁ and u_i = a₂, so its edge is tight and every
+    reduced cost stays ≥ 0 (v only falls); j₁'s former row is free again. A row whose two smallest are
+    equal takes j₂ when that column is free. Stops after ``rounds`` steps (default 2K) or when a step
+    leaves no fewer rows free than the step before; the rest are left to :func:`_augment`.
+    """
+    size = cost.shape[0]
+    row_of = np.full(size, -1, dtype=np.int64)  # (K,): the column of each row (-1: free)
+    row_of[owner[owner >= 0]] = np.flatnonzero(owner >= 0)
+    free = np.flatnonzero(row_of < 0)
+    fewest, stalled = free.size, 0
+    for _ in range(rounds or 2 * size):
+        if free.size == 0:
+            break
+        reduced = cost[free] - v  # (F, K)
+        first = reduced.argmin(axis=1)  # (F,) j₁
+        lowest = reduced[np.arange(free.size), first]  # (F,) a₁
+        reduced[np.arange(free.size), first] = np.inf
+        second = reduced.argmin(axis=1)  # (F,) j₂
+        drop = reduced[np.arange(free.size), second] - lowest  # (F,) a₂ − a₁ ≥ 0
+        column = np.where((drop <= 0.0) & (owner[second] < 0), second, first)
+        order = np.lexsort((-drop, column))  # by column, the largest drop first
+        winners = order[np.r_[True, column[order][1:] != column[order][:-1]]]  # (W,): one row per column
+        cols, rows = column[winners], free[winners]
+        evicted = owner[cols]
+        v[cols] -= np.where(cols == first[winners], drop[winners], 0.0)
+        u[rows] = cost[rows, cols] - v[cols]
+        row_of[evicted[evicted >= 0]] = -1
+        owner[cols], row_of[rows] = rows, cols
+        left = np.flatnonzero(row_of < 0)
+        stalled = stalled + 1 if left.size >= fewest else 0
+        fewest = min(fewest, left.size)
+        free = left
+        if stalled >= PATIENCE:
+            break
+    free = np.flatnonzero(row_of < 0)
+    u[free] = (cost[free] - v).min(axis=1)  # feasible again for the rows left to the Dijkstra search
 
 
 def _augment(cost: np.ndarray, u: np.ndarray, v: np.ndarray, owner: np.ndarray, row: int) -> None:
