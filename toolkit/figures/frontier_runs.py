@@ -22,6 +22,8 @@ from toolkit.figures.frontier import FrontierPoint, pareto_front, size_text, spe
 from toolkit.store.runs import RunRecord
 
 NOT_MEASURED = "not measured (save the model and run `python -m toolkit measure DIR` on it)"
+NO_RECORD = "its result.json has no `bought` section (a recovery, or a run from before it was recorded)"
+NO_DENSE = "No run drawn measured the dense model's perplexity (`--eval-dense`): the dense point is missing."
 
 
 @dataclass
@@ -90,9 +92,10 @@ def store_frontier(records: Sequence[RunRecord]) -> StoreFrontier:
     for record in mine:
         point = run_point(record)
         if point.speed is None:
-            stored_as = ((record.result or {}).get("bought") or {}).get("stored_as", "?")
-            frontier.unmeasured.append(f"{point.label} ({record.run_id}, stored {stored_as}, {size_text(point)}): "
-                                       f"{NOT_MEASURED}")
+            bought = (record.result or {}).get("bought")
+            why = (f"stored {bought.get('stored_as', '?')}, {size_text(point)}): {NOT_MEASURED}" if bought
+                   else f"no size or speed recorded): {NO_RECORD}")
+            frontier.unmeasured.append(f"{point.label} ({record.run_id}, {why}")
         frontier.points.append(point)
     return frontier
 
@@ -107,6 +110,8 @@ def summary_lines(frontier: StoreFrontier) -> list[str]:
     lines = [f"**{frontier.model}**, {len(frontier.points)} outputs. On the perplexity–speed front: "
              + (", ".join(on) if on else "none (no run has a measured speed)")
              + (f"; behind it: {', '.join(off)}." if off else ".")]
+    if not any(p.group == "dense" for p in frontier.points):
+        lines.append(NO_DENSE)
     lines += [f"- {line}" for line in frontier.unmeasured]
     if frontier.other:
         lines.append(f"{frontier.other} finished run(s) of another model or evaluation protocol are not drawn: "
