@@ -170,6 +170,18 @@ def result_markdown(view: RecoveryView) -> str:
     return "\n".join(lines)
 
 
+def training_line(steps: int, options: dict[str, Any]) -> str:
+    """The replay's line on what trained: masked LoRA (rank, α) or the full fine-tune, steps, batch, lr, weights."""
+    full = options.get("train") == "full"
+    how = "Full fine-tune (the linears themselves, masks kept)" if full else "Masked LoRA"
+    if not isinstance(options.get("trainable"), int):
+        return f"\n{how}: {steps} steps"
+    batch = options.get("batch_size", "?")
+    lora = "" if full else f"rank {options.get('rank', '?')}, α {options.get('alpha', '?')}, "
+    return (f"\n{how}: {steps} steps of {batch} window{'' if batch == 1 else 's'}, {lora}lr {options.get('lr', '?')}, "
+            f"{options['trainable']:,} trainable weights")
+
+
 def cancel_message(session: str, runs_dir: str, wait: float = 20.0) -> str:
     """Cancel the session's recovery (or its place in the queue); say how it ended."""
     ended = cancel_and_wait(session, KIND, runs_dir, wait)

@@ -185,11 +185,7 @@ def recovery_markdown(view: RecoveryView, elapsed: float = math.nan) -> str:
         lines.insert(0, f"No result: the recovery {how}" + (f" ({view.error})." if view.error else ".") + "\n")
     options, data = view.options, view.calibration
     parent = view.protocol.get("parent") or {}
-    batch = options.get("batch_size", "?")
-    lines.append(f"\nMasked LoRA: {view.steps} steps of {batch} window{'' if batch == 1 else 's'}, rank "
-                 f"{options.get('rank', '?')}, α {options.get('alpha', '?')}, lr {options.get('lr', '?')}, "
-                 f"{options.get('trainable', '?'):,} trainable weights" if isinstance(options.get("trainable"), int)
-                 else f"\nMasked LoRA: {view.steps} steps")
+    lines.append(recover_panel.training_line(view.steps, options))
     if data:
         lines.append(f"\nTraining data: {data.get('nsamples')} × {data.get('seqlen')} tokens of {data.get('source')} "
                      f"({data.get('split', 'train')}, seed {data.get('seed')}; the first windows are the parent's "

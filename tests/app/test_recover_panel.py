@@ -92,3 +92,21 @@ def test_the_full_choice_trains_the_linears_and_is_recorded(store: Path, parent:
 def test_an_unknown_training_is_a_message_before_any_work(store: Path, parent: Path) -> None:
     (update,) = recover_stream(parent.name, 2, runs_dir=str(store), session="panel-bogus", train="bogus")
     assert "unknown training 'bogus': pick lora or full" in update["status"] and len(list_runs(store)) == 1
+
+
+def test_the_replay_and_the_curve_say_which_training_ran() -> None:
+    from app.recover_panel import training_line
+    from toolkit.figures.recovery import recovery_figure
+    from toolkit.live.recovery import RecoveryView
+
+    full = {"train": "full", "batch_size": 4, "lr": 5e-05, "trainable": 1234}
+    lora = {"train": "lora", "batch_size": 1, "rank": 8, "alpha": 16.0, "lr": 0.0005, "trainable": 99}
+    assert training_line(40, full) == ("\nFull fine-tune (the linears themselves, masks kept): 40 steps of 4 windows, "
+                                       "lr 5e-05, 1,234 trainable weights")
+    assert training_line(40, lora) == ("\nMasked LoRA: 40 steps of 1 window, rank 8, α 16.0, lr 0.0005, "
+                                       "99 trainable weights")
+    assert training_line(3, {}) == "\nMasked LoRA: 3 steps"
+    view = RecoveryView()
+    assert "masked LoRA" in recovery_figure(view).layout.title.text
+    view.options = full
+    assert "full fine-tune" in recovery_figure(view).layout.title.text

@@ -19,6 +19,7 @@ from toolkit.live.recovery import RecoveryView
 
 SMOOTH = 5  # steps in the running mean
 TITLE = "recovery loss (masked LoRA)"
+FULL_TITLE = "recovery loss (full fine-tune)"  # recover --train full
 
 
 def running_mean(values: Sequence[float], width: int = SMOOTH) -> list[float]:
@@ -31,13 +32,14 @@ def running_mean(values: Sequence[float], width: int = SMOOTH) -> list[float]:
 
 
 def loss_figure(steps: Sequence[int], losses: Sequence[float], *, total_steps: int = 0,
-                perplexity: Mapping[str, tuple[float, float]] | None = None, revision: Any = None) -> go.Figure:
+                perplexity: Mapping[str, tuple[float, float]] | None = None, revision: Any = None,
+                title: str = TITLE) -> go.Figure:
     """Loss per step (``steps`` 1-based, ``losses`` mean token NLL) and its running mean.
 
     ``total_steps`` fixes the x axis (0: the steps drawn). ``perplexity`` maps a dataset to
     (before, after); nan where not measured. ``revision`` keeps the user's zoom across redraws.
     """
-    title = TITLE + "".join(f" · ppl {name} {_fmt(before)} → {_fmt(after)}"
+    title = title + "".join(f" · ppl {name} {_fmt(before)} → {_fmt(after)}"
                             for name, (before, after) in (perplexity or {}).items())
     if not steps:
         return note_figure(title, "the loss of every step appears here as the recovery trains", revision=revision)
@@ -63,7 +65,8 @@ def recovery_figure(view: RecoveryView) -> go.Figure:
     """The loss curve of a :class:`RecoveryView`, perplexity before → after in the title."""
     perplexity = {name: (before, after) for name, before, after in view.result_rows()}
     return loss_figure(view.step_numbers, view.losses, total_steps=view.steps, perplexity=perplexity,
-                       revision=view.run_id or "idle")
+                       revision=view.run_id or "idle",
+                       title=FULL_TITLE if view.options.get("train") == "full" else TITLE)
 
 
 def _fmt(value: float) -> str:
