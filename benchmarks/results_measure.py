@@ -61,6 +61,14 @@ its shapes (masks, or quantization saved dense) is not timed in the run: it has 
 shapes and dtype and computes the same products, so the summary and the card say it is not smaller
 or faster as saved; `measure` times any saved folder when the figure is wanted. The run does not
 measure the memory to load: that needs the saved folder loaded again, which `measure` does.
+
+## Many outputs: the frontier
+
+The same figures for every output of a set of compressions, side by side (perplexity against
+decode speed relative to dense, size as the marker, the Pareto front drawn), are in the frontier
+section of [results.md](results.md) for the embedded model (generated from
+`benchmarks/results/cpu_frontier.jsonl`), in the app's Sweep tab for the runs of
+your store ([app.md](app.md)) and in `notebooks/08_frontier.ipynb`.
 """
 
 NOT_MEASURED = """
