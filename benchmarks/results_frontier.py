@@ -49,8 +49,10 @@ def _size(record: Record) -> str:
     on_disk, estimate = record.get("bytes_on_disk"), record.get("bytes_estimated")
     if on_disk is not None:
         return f"{on_disk / 2**20:.1f}"
-    why = record.get("not_saved_reason") or "not saved"
-    return f"est. {estimate / 2**20:.1f} MiB, not savable: {why}" if estimate is not None else f"not saved: {why}"
+    why = record.get("not_saved_reason")
+    if estimate is not None:
+        return f"est. {estimate / 2**20:.1f} MiB" + (f", not savable: {why}" if why else "")
+    return "not measured" + (f" ({why})" if why else "")
 
 
 def _decode(record: Record, batch: int) -> str:

@@ -45,6 +45,13 @@ def test_the_front_follows_the_numbers_not_the_names(tmp_path: Path) -> None:
     assert "relative to dense): **dense, slow one**. Behind it: numerical 20%, depth 8 layers." in text
 
 
+def test_a_size_nobody_measured_says_so_rather_than_inventing_one(tmp_path: Path) -> None:
+    unknown = {**RECORDS[0], "bytes_on_disk": None, "bytes_estimated": None}
+    row = next(line for line in render_frontier([_jsonl(tmp_path / "f.jsonl", [unknown, RECORDS[1]])])
+               if line.startswith("| dense"))
+    assert "| 20.00 (1.00×) | not measured | 20.0 (1.00×) |" in row and row.count("| – |") == 1  # no size front
+
+
 def test_no_record_says_so(tmp_path: Path) -> None:
     assert "No frontier measurement yet" in render_frontier([_jsonl(tmp_path / "empty.jsonl", [])])[0]
 
