@@ -24,6 +24,7 @@ from toolkit.models.load import load_model
 from toolkit.models.quant_checkpoint import StateCollector, save_run_checkpoint
 from toolkit.models.sources import SAFETENSORS_INDEX
 from toolkit.models.stream import layer_shard, open_streamed
+from toolkit.models.stream_quant import LayerPacker
 from toolkit.spec.compression import Compression, QuantSpec
 from toolkit.spec.targets import Unstructured
 
@@ -71,13 +72,21 @@ def _in_memory(source: Path, method: str, out: Path) -> torch.nn.Module:
 @pytest.mark.parametrize(("source", "method"), [("llama-fp32", "rtn"), ("llama-fp32", "gptq"),
                                                 ("llama-fp32", "awp"), ("qwen2-bf16", "rtn")])
 def test_streamed_checkpoint_is_the_in_memory_one(sources: dict[str, Path], tmp_path: Path, source: str,
-                                                  method: str) -> None:
+                                                  method: str, monkeypatch: pytest.MonkeyPatch) -> None:
     model = _in_memory(sources[source], method, tmp_path / "memory")
-    spec, quants = get_method(method), []
+    spec, quants, held = get_method(method), [], []
+    pack = LayerPacker.pack
+
+    def counting(self: LayerPacker, index: int, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        held.append(sorted({key[0] for key in self.collector.states}))
+        return pack(self, index, tensors)
+
+    monkeypatch.setattr(LayerPacker, "pack", counting)
     prune_streaming(open_streamed(sources[source]), tmp_path / "streamed", _windows(), spec, _compression(method),
                     spec.make_config(), cfg=CFG, emit=lambda event: None,
                     on_quant=lambda layer, name, state: quants.append((layer, name)))
     assert len(quants) == 14  # every linear of both layers reached the caller's sink too
+    assert held == [[0], [1]]  # when a layer is packed, only its own states are held (host memory: one layer)
     memory, streamed = _tensors(tmp_path / "memory"), _tensors(tmp_path / "streamed")
     assert streamed.keys() == memory.keys() and any(key.endswith("weight_packed") for key in memory)
     for key, value in memory.items():

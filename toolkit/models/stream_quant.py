@@ -137,16 +137,17 @@ def _holder(name: str, linear: nn.Module) -> nn.Module:
 
 
 def pack_linear(name: str, weight: Tensor, state: QuantState) -> dict[str, Tensor]:
-    """The pack-quantized tensors (checkpoint key → CPU tensor) of linear ``name`` whose float weight is ``weight``.
+    """The pack-quantized tensors (checkpoint key → CPU tensor) of linear ``name`` quantized as ``state``.
 
-    Scales are stored in ``weight``'s dtype, as :func:`toolkit.models.save_quant.save_quantized` stores them
-    for a model in that dtype.
+    ``weight`` is the linear's float weight as the layer holds it; only its dtype is used: the scales are stored
+    in it, as :func:`toolkit.models.save_quant.save_quantized` stores them for a model in that dtype (the
+    values come from ``state``, whose dequantization the layer holds).
     """
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import apply_quantization_config
 
     out, cols = state.shape
-    linear = nn.Linear(cols, out, bias=False, dtype=weight.dtype)
+    linear = nn.Linear(cols, out, bias=False, device="meta", dtype=weight.dtype).to_empty(device="cpu")  # no init
     linear.requires_grad_(False)
     holder = _holder(name, linear)
     apply_quantization_config(holder, grid_config({name: GridShape(state.spec, state.shape)}))
