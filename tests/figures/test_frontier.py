@@ -68,6 +68,8 @@ def test_the_figure_draws_the_front_every_measured_point_and_names_the_rest() ->
     assert "on the Pareto front" in points["b"]["hovertext"][0]
     assert "on the Pareto front" not in points["c"]["hovertext"][0]
     assert fig.layout.yaxis.type == "log"
+    dense = next(t for t in traces if t.get("name", "").startswith("dense speed"))
+    assert list(dense["x"]) == [1.0, 1.0] and list(dense["y"]) == [10.0, 40.0]  # the drawn perplexities' span
     notes = " ".join(a.text for a in fig.layout.annotations)
     assert "e" in notes.split(": ")[-1] and "f" in notes.split(": ")[-1]
 

@@ -29,6 +29,7 @@ TITLE = "perplexity vs decode speed (marker area ∝ bytes)"
 X_TITLE = "decode tokens/s relative to dense (batch 1) · marker area ∝ bytes, hollow: size estimated"
 FRONT_NAME = "Pareto front"
 FRONT_COLOR = "#444"
+DENSE_COLOR = "#999"  # the dotted vertical line at the dense model's speed
 MAX_MARKER = 44  # px: the diameter of the largest output's marker
 UNKNOWN_MARKER = 10  # px: an output whose bytes are not known at all
 HEIGHT = 480
@@ -148,6 +149,8 @@ def frontier_figure(points: Sequence[FrontierPoint], *, title: str = TITLE, revi
                     height: int = HEIGHT) -> go.Figure:
     """Perplexity (log) against decode speed relative to dense, marker area ∝ bytes, the front as a step line.
 
+    A dotted vertical line marks the dense model's speed (1×): points left of it decode slower than dense.
+
     Points without a perplexity or a measured speed are named in a note under the plot, not drawn.
     """
     drawn = [p for p in points if _finite(p.ppl) and _finite(p.speed)]
@@ -159,6 +162,10 @@ def frontier_figure(points: Sequence[FrontierPoint], *, title: str = TITLE, revi
     steps = front_steps([p for p, on in zip(drawn, front, strict=True) if on])
     data: list[Spec] = [{"type": "scatter", "mode": "lines", "name": FRONT_NAME, "x": steps[0], "y": steps[1],
                          "line": {"color": FRONT_COLOR, "dash": "dash", "width": 1.5}, "hoverinfo": "skip"}]
+    ppls = [p.ppl for p in drawn]
+    data.append({"type": "scatter", "mode": "lines", "name": "dense speed (1×)", "x": [1.0, 1.0],
+                 "y": [min(ppls), max(ppls)], "line": {"color": DENSE_COLOR, "dash": "dot", "width": 1},
+                 "hoverinfo": "skip"})
     colors = {group: PALETTE[index % len(PALETTE)] for index, group in enumerate(groups)}
     data += [_point_trace(point, color=colors[point.group], size=_marker_size(point, biggest), on_front=bool(on))
              for point, on in zip(drawn, front, strict=True)]
