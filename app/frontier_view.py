@@ -5,8 +5,8 @@ Every finished run with a perplexity is a point of :func:`toolkit.figures.fronti
 holds a decode speed measured in the run (``bought.speed``: a run that shrank the model); the
 others are listed under it as not measured. Runs of the model and evaluation protocol of the
 newest evaluated run are drawn (:func:`toolkit.figures.frontier_runs.store_frontier`); the summary
-names the outputs on the Pareto front. **Refresh** reads the store again (a sweep or a run in
-another tab adds runs).
+names the outputs on the Pareto front. A finished sweep redraws it; **Refresh** reads the store
+again (a run in another tab adds runs).
 """
 
 from __future__ import annotations

@@ -224,7 +224,7 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
             results = gr.Dataframe(headers=list(COLUMNS), value=[], interactive=False, label="Results",
                                    elem_id="sweep-table")
             csv = gr.File(label="Results as CSV", interactive=False, elem_id="sweep-csv")
-            frontier_view.build(gr, runs_dir=runs_dir)
+            frontier = frontier_view.build(gr, runs_dir=runs_dir)
     outputs = {"status": status, "curve": curve, "accuracy": accuracy, "bits_curve": bits_curve, "table": results,
                "csv": csv, "estimate": timing}
     fields = {model, model_path, methods, sparsities, bits, allocations, seeds, *protocol.components}
@@ -254,6 +254,8 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
 
     event = start.click(handler, inputs=fields, outputs=list(outputs.values()), concurrency_limit=16,
                         show_progress="hidden")
+    event.then(lambda: frontier_view.frontier_view(runs_dir), inputs=None,  # the sweep's runs join the frontier
+               outputs=[frontier["frontier"], frontier["frontier_summary"]], show_progress="hidden")
     for changed in fields:  # the estimate follows the form before Run
         changed.change(lambda data: estimate_line(read(data), runs_dir), inputs=fields, outputs=timing,
                        show_progress="hidden", queue=False)
