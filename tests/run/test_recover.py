@@ -49,7 +49,8 @@ def test_recovery_is_a_new_run_linked_to_its_parent_with_the_masks_kept(store: P
     assert pruned_nonzero(child.path / "model", folder) == (0, pruned_nonzero(folder / "model", folder)[1])
     assert pruned_nonzero(child.path / "model", folder)[1] > 0
     parent_ppl = open_run(folder).result["ppl"]["wiki"]
-    assert result["ppl_before"]["wiki"] == pytest.approx(parent_ppl, rel=1e-4)  # the same model, the same windows
+    assert result["ppl_before"]["wiki"] == parent_ppl  # the parent's record on the same windows, not measured again
+    assert "eval_before_from_parent" in result["seconds"] and "eval_before" not in result["seconds"]
     assert 0 < result["ppl"]["wiki"] < result["ppl_before"]["wiki"]
     assert len(result["loss"]) == 4 and result["achieved_sparsity"] == pytest.approx(0.5)
     assert result["options"]["batch_size"] == 16  # about 512 tokens a step: 512 // 32 windows
@@ -71,6 +72,7 @@ def test_a_recovered_run_can_be_recovered_again(store: Path) -> None:
 def test_eval_windows_shortens_the_evaluation(store: Path) -> None:
     result = _recover(store, steps=1, eval_windows=1)
     assert result["protocol"]["evaluation"]["windows"] == 1
+    assert "eval_before" in result["seconds"]  # other windows than the parent's record: measured
 
 
 @pytest.mark.parametrize(("make", "message"), [
@@ -161,17 +163,16 @@ def test_a_failed_evaluation_after_keeps_the_saved_recovery(store: Path, monkeyp
 
     def perplexity(*args: object, **kwargs: object) -> float:
         calls.append(1)
-        if len(calls) == 2:
-            raise RuntimeError("NaN logits")
-        return 10.0
+        raise RuntimeError("NaN logits")  # the only measured evaluation: the one after (before is the parent's)
 
     monkeypatch.setattr(recover_module, "perplexity", perplexity)
     with pytest.raises(RuntimeError, match="NaN logits"):
         _recover(store, steps=1)
     (child,) = [r for r in list_runs(store) if r.config.get("method") == "recover"]
-    assert child.status == "failed" and "the recovered model is saved in" in child.error
+    (parent,) = [r for r in list_runs(store) if r.config.get("method") != "recover"]
+    assert child.status == "failed" and "the recovered model is saved in" in child.error and calls == [1]
     assert (child.path / "model" / "config.json").is_file() and child.result is not None
-    assert child.result["ppl_before"] == {"wiki": 10.0} and child.result["ppl"] == {}
+    assert child.result["ppl_before"] == parent.result["ppl"] and child.result["ppl"] == {}
 
 
 def test_a_structured_run_recovers_with_its_shapes(tmp_path: Path) -> None:

@@ -190,7 +190,7 @@ def load_shrunk(folder: str | Path, dtype: torch.dtype = torch.float32) -> nn.Mo
     state = _state_dict(folder)
     if quantization is not None:
         state = dequantize_state(state, model, quantization, dtype)
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)  # no second copy of the weights
     tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
     if unexpected or set(missing) - tied:
         raise ToolkitError(f"{folder}: weights do not fit the saved structure (missing {sorted(missing)[:4]}, "

@@ -57,6 +57,7 @@ from toolkit.run.config import CancelToken
 from toolkit.run.pipeline import bos_id
 from toolkit.run.preflight import check_writable_dir
 from toolkit.run.provenance import peak_rss_mb, versions
+from toolkit.run.recover_before import recorded_before
 from toolkit.run.recover_config import METHOD, ParentRun, RecoverConfig, read_parent, run_config
 from toolkit.run.recover_teacher import load_teacher
 from toolkit.run.recover_train import Prepared, fine_tune, settings
@@ -227,8 +228,13 @@ def _evaluate(run: Prepared, which: str, record: Callable[[Event], None], ticks:
         return {}
     start = time.perf_counter()
     stage = "eval before" if which == "pruned" else "eval after"
-    value = perplexity(run.loaded.model, test, run.device, progress=ticks.stage(stage), cancelled=ticks.cancelled)
-    run.seconds[stage.replace(" ", "_")] = time.perf_counter() - start
+    known = recorded_before(run.parent.record.result or {}, dataset, run.parent.eval_seqlen, int(test.shape[0]))
+    key = stage.replace(" ", "_")
+    if which == "pruned" and known is not None:  # the parent's own figure on these windows (recover_before.py)
+        value, key = known, "eval_before_from_parent"
+    else:
+        value = perplexity(run.loaded.model, test, run.device, progress=ticks.stage(stage), cancelled=ticks.cancelled)
+    run.seconds[key] = time.perf_counter() - start
     record(EvalPoint(dataset=dataset, which=which, ppl=value, seq_len=run.parent.eval_seqlen,
                      windows=int(test.shape[0]), tokens=int(test.numel())))
     return {dataset: value}
