@@ -8,6 +8,9 @@ permutation ⇒ same masks). The scores are seeded Wanda-like scores |W|·‖X�
 
     OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks.bench_permute_search --shapes 4096x4096 4096x11008 \\
         --label after --json benchmarks/results/cpu_permute_search.jsonl
+
+``--baseline COMMIT`` times one assignment step only (position 0, the same gain matrix) with this tree's
+solver and with the one of ``COMMIT``, in the same process, and says whether the assignments are the same.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import hashlib
 import platform
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -68,6 +72,44 @@ def measure(out: int, width: int, target: NM, seed: int) -> dict[str, Any]:
             "permutation_sha256": hashlib.sha256(perm.numpy().astype("int64").tobytes()).hexdigest()}
 
 
+def baseline_module(commit: str) -> Any:
+    """``toolkit/methods/permute.py`` as it was at ``commit`` (read with ``git show``), imported under another name."""
+    import importlib.util
+    import tempfile
+
+    source = subprocess.run(["git", "show", f"{commit}:toolkit/methods/permute.py"], capture_output=True, text=True,
+                            check=True).stdout
+    path = Path(tempfile.mkdtemp()) / "permute_baseline.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("permute_baseline", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def compare_assignment(out: int, width: int, target: NM, seed: int, baseline: Any) -> dict[str, Any]:
+    """One assignment step (position 0 of the spread order): this tree's and ``baseline``'s solver, same gains."""
+    import numpy as np
+
+    scores = seeded_scores(out, width, seed)
+    blocks = permute.spread(scores.sum(0), target.m).reshape(-1, target.m)  # (K, m)
+    start = time.perf_counter()
+    gain = permute._gains(scores, blocks, 0, target.n).numpy()  # (K, K) float64
+    gains_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    ours = permute.assign_max(gain)
+    ours_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    theirs = baseline.assign_max(gain)
+    theirs_seconds = time.perf_counter() - start
+    rows = np.arange(gain.shape[0])
+    return {"shape": f"{out}x{width}", "target": str(target), "seed": seed, "groups": int(gain.shape[0]),
+            "gains_seconds": round(gains_seconds, 3), "assign_seconds": round(ours_seconds, 3),
+            "baseline_assign_seconds": round(theirs_seconds, 3), "same_assignment": bool((ours == theirs).all()),
+            "gain_difference": float(gain[rows, ours].sum() - gain[rows, theirs].sum())}
+
+
 def _git() -> str | None:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -84,12 +126,20 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--label", default="", help="e.g. before / after, to tell two commits' lines apart")
     parser.add_argument("--json", default=None, help="append the lines to this JSON-lines file")
+    parser.add_argument("--baseline", default=None, metavar="COMMIT",
+                        help="time one assignment step only, this tree's against the solver of COMMIT, on one gain "
+                             "matrix (position 0 of the spread order)")
     args = parser.parse_args()
     target = parse_sparsity(args.target)
     assert isinstance(target, NM), "--target is an n:m pattern such as 2:4"
+    baseline = baseline_module(args.baseline) if args.baseline else None
     for shape in args.shapes:
         out, width = (int(x) for x in shape.lower().split("x"))
-        record = measure(out, width, target, args.seed)
+        if baseline is not None:
+            record = {"step": "assignment", "baseline": args.baseline,
+                      **compare_assignment(out, width, target, args.seed, baseline)}
+        else:
+            record = {"step": "search", **measure(out, width, target, args.seed)}
         emit({"bench": "permute_search", "label": args.label, **record, "threads": torch.get_num_threads(),
               "torch": torch.__version__, "machine": platform.machine(), "git": _git(),
               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}, args.json)
