@@ -10,6 +10,9 @@ one layer plus the activations plus the embeddings. :class:`ShardWriter` writes 
 layer to a shard of its own and the index, config and tokenizer at the end, under
 ``<folder>.partial`` renamed when complete (as :func:`toolkit.models.save.save_checkpoint`).
 
+A compressed-tensors ``pack-quantized`` checkpoint (what ``--stream --quant`` writes) opens too: its packed
+linears are dequantized as their layer loads (:mod:`toolkit.models.stream_quant`).
+
 Parameters are swapped in and out with :func:`torch.utils.swap_tensors`, so every module keeps
 its parameter objects (ties included) while their storage moves between meta and the CPU.
 """
