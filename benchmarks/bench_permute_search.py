@@ -10,7 +10,8 @@ permutation ⇒ same masks). The scores are seeded Wanda-like scores |W|·‖X�
         --label after --json benchmarks/results/cpu_permute_search.jsonl
 
 ``--baseline COMMIT`` times one assignment step only (position 0, the same gain matrix) with this tree's
-solver and with the one of ``COMMIT``, in the same process, and says whether the assignments are the same.
+solver and with the one of ``COMMIT``, in the same process, and says whether the assignments are the same;
+with ``--whole`` the whole search instead, and whether the permutations and the masks are the same.
 """
 
 from __future__ import annotations
@@ -110,6 +111,24 @@ def compare_assignment(out: int, width: int, target: NM, seed: int, baseline: An
             "gain_difference": float(gain[rows, ours].sum() - gain[rows, theirs].sum())}
 
 
+def compare_search(out: int, width: int, target: NM, seed: int, baseline: Any) -> dict[str, Any]:
+    """The whole search with this tree's code and ``baseline``'s: seconds, and whether permutation and mask agree."""
+    from toolkit.methods.masks import keep_nm
+
+    scores = seeded_scores(out, width, seed)
+    found = {}
+    for name, module in (("ours", permute), ("baseline", baseline)):
+        start = time.perf_counter()
+        perm, sums = module.find_permutation(scores, target)
+        found[name] = (perm, keep_nm(scores[:, perm], target)[:, torch.argsort(perm)], sums,
+                       time.perf_counter() - start)  # the mask in the stored order
+    (ours, keep, sums, seconds), (theirs, their_keep, their_sums, their_seconds) = found["ours"], found["baseline"]
+    return {"shape": f"{out}x{width}", "target": str(target), "seed": seed, "seconds": round(seconds, 3),
+            "baseline_seconds": round(their_seconds, 3), "kept_permuted": sums["kept_permuted"],
+            "baseline_kept_permuted": their_sums["kept_permuted"],
+            "positions_differing": int((ours != theirs).sum()), "same_mask": bool(torch.equal(keep, their_keep))}
+
+
 def _git() -> str | None:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -129,13 +148,18 @@ def main() -> None:
     parser.add_argument("--baseline", default=None, metavar="COMMIT",
                         help="time one assignment step only, this tree's against the solver of COMMIT, on one gain "
                              "matrix (position 0 of the spread order)")
+    parser.add_argument("--whole", action="store_true", help="with --baseline: the whole search instead, and "
+                                                             "whether both give the same permutation and mask")
     args = parser.parse_args()
     target = parse_sparsity(args.target)
     assert isinstance(target, NM), "--target is an n:m pattern such as 2:4"
     baseline = baseline_module(args.baseline) if args.baseline else None
     for shape in args.shapes:
         out, width = (int(x) for x in shape.lower().split("x"))
-        if baseline is not None:
+        if baseline is not None and args.whole:
+            record = {"step": "search", "baseline": args.baseline,
+                      **compare_search(out, width, target, args.seed, baseline)}
+        elif baseline is not None:
             record = {"step": "assignment", "baseline": args.baseline,
                       **compare_assignment(out, width, target, args.seed, baseline)}
         else:
