@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from toolkit.live.phase import format_seconds
+from toolkit.live.recovery import RecoveryView
 from toolkit.live.view import RunView
 
 NOT_SMALLER = "not smaller as saved: pruned weights are stored as zeros in a dense checkpoint"
@@ -123,8 +124,8 @@ def _bought_columns(view: RunView) -> list[tuple[str, str]]:
     return columns
 
 
-def bought_sentence(view: RunView) -> str:
-    """One plain sentence: what the compression bought as the run saves the model."""
+def bought_sentence(view: RunView | RecoveryView) -> str:
+    """One plain sentence: what the compression bought as the run (a prune run or a recovery) saves the model."""
     bought: dict[str, Any] | None = view.bought
     if bought is None:
         return "*This run was recorded before PruneLab measured what a compression buys.*"

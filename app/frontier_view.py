@@ -2,7 +2,8 @@
 
 Every finished run with a perplexity is a point of :func:`toolkit.figures.frontier.frontier_figure`
 (the figure of docs/results.md and ``notebooks/08_frontier.ipynb``), drawn where its ``result.json``
-holds a decode speed measured in the run (``bought.speed``: a run that shrank the model); the
+holds a decode speed measured in the run (``bought.speed``: a run that shrank the model, or a
+recovery of one); the
 others are listed under it as not measured. Runs of the model and evaluation protocol of the
 newest evaluated run are drawn (:func:`toolkit.figures.frontier_runs.store_frontier`); the summary
 names the outputs on the Pareto front. A finished sweep redraws it; **Refresh** reads the store

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from app import howto
+from app.card import bought_sentence
 from app.howto import Plot
 from app.jobs import DONE, SESSIONS, Job, cancel_and_wait, device_queue
 from app.page_words import page_words
@@ -166,6 +167,8 @@ def result_markdown(view: RecoveryView) -> str:
     masks = "the masks kept" if not view.warnings else "the masks applied: see the warnings below"
     lines.append(f"\nRecovered run `{view.run_id}` (parent `{view.parent}`, {view.label}, {masks}) · "
                  f"training {view.train_seconds:.1f} s · it is listed above after Refresh.")
+    if view.bought is not None:  # as the Run tab's result card says it (app/card.py)
+        lines.append(f"\n{bought_sentence(view)}")
     lines += [f"\n⚠ {page_words(warning)}" for warning in view.warnings]  # e.g. keep-masks that keep zeros
     return "\n".join(lines)
 

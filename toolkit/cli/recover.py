@@ -19,6 +19,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from toolkit.cli.view import bought_line
 from toolkit.events import Event, RecoveryStep, RunStarted, RunWarning
 from toolkit.run.recover_config import (
     DEFAULT_ALPHA,
@@ -117,10 +118,11 @@ class RecoverProgress:
             tqdm.write(f"warning: {event.message}")
 
     def on_progress(self, stage: str, done: int, total: int) -> None:
-        """Evaluation progress: windows scored of ``stage`` ("eval before" / "eval after")."""
+        """Progress of ``stage``: windows scored ("eval before" / "eval after") or a timing ("… speed")."""
         bar = self._eval.get(stage)
         if bar is None:
-            bar = self._eval[stage] = tqdm(total=total, desc=stage, unit="window", leave=False)
+            unit = "model" if stage.endswith("speed") else "window"
+            bar = self._eval[stage] = tqdm(total=total, desc=stage, unit=unit, leave=False)
         bar.n = done
         bar.refresh()
         if done >= total:
@@ -162,6 +164,8 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     zeros, parent = result.get("zeros"), result.get("parent_achieved_sparsity")
     lines.append(zeros_line(zeros, parent if isinstance(parent, int | float) else None) if zeros else
                  "masks: not measured (the recovery ended before the merge)")
+    if result.get("bought"):
+        lines.append(bought_line(result["bought"]))
     seconds = result.get("seconds") or {}
     cells = "  ".join(f"{name.replace('_', ' ')} {value:.1f} s" for name, value in seconds.items())
     lines.append(f"seconds: {cells}  on {result.get('device')}")

@@ -5,7 +5,8 @@ section (:mod:`toolkit.run.bought`): decode tokens/s at batch 1 over the dense m
 the run (``by_batch`` / ``dense_by_batch``; runs from before those fields give their
 ``tokens_per_s`` ratio, prefill included), and ``bytes_stored`` (an estimate unless
 ``bytes_measured``). Only runs of one model under one evaluation protocol are comparable: the
-newest run with a perplexity picks them, and the dense source is a point of its own (its
+newest run with a perplexity picks them (a recovery is a run of its parent's model and protocol,
+labelled with its parent's method and its loss), and the dense source is a point of its own (its
 perplexity as those runs measured it, speed 1, its bytes stored dense as counted). Used by the
 app's Sweep tab (``app/frontier_view.py``) and ``notebooks/08_frontier.ipynb``. Torch-free.
 """
@@ -22,7 +23,7 @@ from toolkit.figures.frontier import FrontierPoint, pareto_front, size_text, spe
 from toolkit.store.runs import RunRecord
 
 NOT_MEASURED = "not measured (save the model and run `python -m toolkit measure DIR` on it)"
-NO_RECORD = "its result.json has no `bought` section (a recovery, or a run from before it was recorded)"
+NO_RECORD = "its result.json has no `bought` section (a run from before it was recorded)"
 NO_DENSE = "No run drawn measured the dense model's perplexity (`--eval-dense`): the dense point is missing."
 
 
@@ -64,13 +65,20 @@ def speed_ratio(speed: Mapping[str, Any] | None) -> float | None:
     return None
 
 
+def run_label(record: RunRecord) -> str:
+    """``method label``; a recovery names its parent's method and its loss (``numerical 20% + kd recovery``)."""
+    config = record.config
+    if config.get("method") != "recover":
+        return f"{config.get('method', '?')} {record.label}"
+    return f"{config.get('parent_method', '?')} {record.label} + {config.get('loss', 'lm')} recovery"
+
+
 def run_point(record: RunRecord) -> FrontierPoint:
     """The point of one finished run (``speed`` None when the run did not time it)."""
     result = record.result or {}
     bought = result.get("bought") or {}
     stored = bought.get("bytes_stored")
-    method = record.config.get("method", "?")
-    return FrontierPoint(label=f"{method} {record.label}", ppl=_first(result.get("ppl")) or math.nan,
+    return FrontierPoint(label=run_label(record), ppl=_first(result.get("ppl")) or math.nan,
                          speed=speed_ratio(bought.get("speed")), bytes=int(stored) if stored is not None else None,
                          estimated=not bought.get("bytes_measured", False), group=str(bought.get("stored_as", "")),
                          note=f"run {record.run_id} ({(result.get('versions') or {}).get('git', '?')})")

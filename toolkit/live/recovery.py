@@ -41,6 +41,7 @@ class RecoveryView:
     revision: int = 0
     started_at: float = math.nan  # the clock at RunStarted
     ended_at: float = math.nan  # the clock at RunFinished / RunFailed
+    bought: dict[str, Any] | None = None  # RunFinished's ``bought``: what the recovered model costs
 
     def apply(self, event: Event, now: float = math.nan) -> RecoveryView:
         """Fold one event into the view (in place) at clock ``now`` (seconds); events of other kinds only count."""
@@ -62,6 +63,7 @@ class RecoveryView:
             target[event.dataset] = _num(event.ppl)
         elif isinstance(event, RunFinished):
             self.status, self.train_seconds, self.ended_at = "finished", _num(event.prune_seconds), now
+            self.bought = dict(event.bought) if isinstance(event.bought, dict) else None
         elif isinstance(event, RunFailed):
             self.status, self.error = ("cancelled" if event.cancelled else "failed"), event.error
             self.ended_at = now

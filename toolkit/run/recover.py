@@ -20,7 +20,9 @@ What :func:`recover` does with the saved model of run ``RUN`` (``RUN/model``):
    ``model/`` the merged checkpoint (written as ``model.partial`` and renamed at the end).
    ``result.json`` adds ``ppl_before``, ``ppl`` (after), ``loss``/``lr`` per step, ``seconds``
    per phase, ``zeros`` (measured) and ``parent_achieved_sparsity`` beside the measured
-   ``achieved_sparsity``. Its events: ``RunStarted`` (options: the settings), a ``RunWarning`` when a
+   ``achieved_sparsity``, and ``bought`` as a prune run has it (:mod:`toolkit.run.recover_bought`:
+   bytes measured on the saved checkpoint, decode speed timed where the model is shrunk). Its events:
+   ``RunStarted`` (options: the settings), a ``RunWarning`` when a
    keep-mask keeps weights that are 0, ``EvalPoint`` "pruned" (before), one ``RecoveryStep`` per
    step, ``EvalPoint`` "recovered" (after), ``RunFinished``.
 
@@ -58,6 +60,7 @@ from toolkit.run.pipeline import bos_id
 from toolkit.run.preflight import check_writable_dir
 from toolkit.run.provenance import peak_rss_mb, versions
 from toolkit.run.recover_before import recorded_before
+from toolkit.run.recover_bought import recovery_bought
 from toolkit.run.recover_config import METHOD, ParentRun, RecoverConfig, read_parent, run_config
 from toolkit.run.recover_teacher import load_teacher
 from toolkit.run.recover_train import Prepared, fine_tune, settings
@@ -77,6 +80,7 @@ class Outcome:
     trained: TrainResult | None = None
     checkpoint: dict[str, Any] | None = None
     zeros: dict[str, Any] | None = None  # measured on the merged weights (toolkit.run.recover_zeros)
+    bought: dict[str, Any] | None = None  # what the recovered model costs (toolkit.run.recover_bought)
 
 
 def recover(config: RecoverConfig, emit: Callable[[Event], None], cancel: CancelToken,
@@ -206,6 +210,8 @@ def _run(run: Prepared, writer: RunWriter, record: Callable[[Event], None], tick
         raise AssertionError(f"{outcome.zeros['dropped_nonzero']} pruned weights are nonzero after the training")
     outcome.checkpoint = _save(run, writer.path)
     run.seconds["save"] = time.perf_counter() - start
+    outcome.bought = recovery_bought(run, _result(run, writer, outcome)["accounting"], outcome.checkpoint,
+                                     ticks.stage, lambda line: record(RunWarning(message=line)))
     writer.write_result(_result(run, writer, outcome))
     outcome.ppl = _evaluate(run, "recovered", record, ticks)
     result = _result(run, writer, outcome)
@@ -215,7 +221,7 @@ def _run(run: Prepared, writer: RunWriter, record: Callable[[Event], None], tick
                        params_after=acct.get("params_after"), nonzeros_kept=acct.get("nonzeros_kept"),
                        bits_per_weight=float(acct.get("bits_per_weight") or float("nan")),
                        estimated_bytes=acct.get("estimated_bytes"), checkpoint_bytes=acct.get("checkpoint_bytes"),
-                       devices=str(run.device)))
+                       devices=str(run.device), bought=outcome.bought))
     result["peak_rss_mb"] = peak_rss_mb()
     writer.finish(result)
     return result
@@ -301,7 +307,8 @@ def _result(run: Prepared, writer: RunWriter, outcome: Outcome) -> dict[str, Any
         "parent_achieved_sparsity": parent_result.get("achieved_sparsity"), "zeros": zeros,
         "accounting": accounting, "ppl_before": outcome.ppl_before, "ppl": outcome.ppl,
         "dense_ppl": dict(parent_result.get("dense_ppl") or {}), "prune_seconds": trained.seconds,
-        "seconds": seconds, "loss": trained.losses, "lr": trained.lrs, "checkpoint": outcome.checkpoint,
+        "seconds": seconds, "bought": outcome.bought, "loss": trained.losses, "lr": trained.lrs,
+        "checkpoint": outcome.checkpoint,
         "protocol": _protocol(run), "device": str(run.device), "devices": str(run.device), "layers": [],
         "run_id": writer.run_id, "run_dir": str(writer.path), "masks": writer.masks_written, "versions": versions(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
