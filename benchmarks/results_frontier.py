@@ -38,8 +38,8 @@ HEADER = ["output", "wiki ppl (× dense)", "size on disk MiB", "decode tok/s bat
 Record = Mapping[str, Any]
 
 
-def _ppl(record: Record) -> str:
-    ppl, dense = record.get("ppl"), record.get("dense_ppl")
+def _ppl(record: Record, dense_entry: float | None) -> str:
+    ppl, dense = record.get("ppl"), record.get("dense_ppl") or dense_entry
     if not isinstance(ppl, int | float):
         return "not measured"
     return f"{ppl:.2f} ({ppl / dense:.2f}×)" if isinstance(dense, int | float) and dense else f"{ppl:.2f}"
@@ -109,6 +109,18 @@ def _speed_protocol(records: Sequence[Record]) -> str:
     return f"Speed measured on {'; '.join(settings)}.{load}"
 
 
+def _spread(records: Sequence[Record]) -> Lines:
+    """The measurement's own spread: the ratios of outputs that compute the dense model's products."""
+    dense_params = next((r.get("params") for r in records if r.get("family") == "dense"), None)
+    same = [ratio for r in records if r.get("family") != "dense" and r.get("params") == dense_params
+            for ratio in (decode_ratio(r, b) for b in BATCHES) if ratio is not None]
+    if not same or dense_params is None:
+        return []
+    return [f"Outputs with the dense model's shapes (INT4 dequantized on load: the same products) measured "
+            f"{min(same):.2f}× to {max(same):.2f}×: a difference in speed ratio smaller than that spread is "
+            "the measurement's noise, not the compression's."]
+
+
 def render_frontier(paths: list[Path]) -> Lines:
     """The table, the verdict on the fronts, the speed protocol and the figure's link."""
     records = newest_by_entry(records_of(paths))
@@ -116,10 +128,16 @@ def render_frontier(paths: list[Path]) -> Lines:
         return ["No frontier measurement yet: run `benchmarks/bench_frontier.py` (its docstring gives the command)."]
     points = [benchmark_point(r) for r in records]
     speed, size = pareto_front(points, speed_of), pareto_front(points, smaller)
-    rows = [[f"{r.get('entry')}", _ppl(r), _size(r), _decode(r, 1), _decode(r, 8), _flag(a), _flag(b), _runs(r)]
+    dense = next((r.get("ppl") for r in records if r.get("family") == "dense"), None)
+    rows = [[f"{r.get('entry')}", _ppl(r, dense), _size(r), _decode(r, 1), _decode(r, 8), _flag(a), _flag(b), _runs(r)]
             for r, a, b in zip(records, speed, size, strict=True)]
     figure = f"![perplexity against decode speed relative to dense, marker area ∝ bytes]({PNG.name})"
-    return [*table_lines(HEADER, rows), "", *verdict(points), "", _speed_protocol(records), "",
+    return [*table_lines(HEADER, rows), "", *verdict(points), "", _speed_protocol(records), *_spread(records), "",
+            "INT4 checkpoints are stored pack-quantized (compressed-tensors) and dequantized to float32 when "
+            "plain transformers loads them on a CPU: they are smaller on disk, not faster. A recovery is "
+            "`python -m toolkit recover RUN --loss kd|lm` with its defaults (40 steps of a LoRA, about 512 "
+            "tokens a step, drawn from the calibration text: the wiki train split, the domain of the test "
+            "split the perplexity is measured on). `benchmarks/frontier.sh` lists every command.", "",
             "An output is on a front when no other output has both a lower-or-equal perplexity and a higher-or-equal "
             "speed (or a smaller-or-equal size on disk), one of the two strictly. The figure (drawn by "
             "`python -m benchmarks.results_frontier` with `toolkit/figures/frontier.py`, the app's Sweep tab and "
