@@ -171,6 +171,7 @@ def make_record(name: str, shape: dict[str, Any], opts: ScaleOptions, result: di
         "rss_peak_mib": _round(memory["rss_peak_mib"], 1),
         "rss_before_run_mib": _round(memory["rss_before_run_mib"], 1),
         "rss_by_phase_mib": memory.get("rss_by_phase_mib"), "rss_file_peak_mib": memory.get("rss_file_peak_mib"),
+        "rss_file_by_phase_mib": memory.get("rss_file_by_phase_mib"),
         "params": params, "bf16_weight_bytes": weight_bytes,
         "rss_peak_over_bf16_weights": _round(memory["rss_peak_mib"] * 2**20 / weight_bytes),
         "gpu_peak_mib": _round(memory["gpu_peak_mib"], 1), "toolkit_gpu_peak_mb": _round(result.get("gpu_peak_mb"), 1),

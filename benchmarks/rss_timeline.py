@@ -43,6 +43,7 @@ class RssTimeline:
     def __init__(self, interval: float = 0.02) -> None:
         self.interval = interval
         self.samples: list[tuple[float, float, str]] = []  # (seconds since start, MiB, label)
+        self.file_by_label: dict[str, float] = {}  # the highest RssFile sampled per label, MiB
         self.file_peak = 0.0  # the highest RssFile sampled, MiB
         self._stack: list[str] = []
         self._opened = False
@@ -59,7 +60,9 @@ class RssTimeline:
         while not self._stop.is_set():
             total, mapped = rss_mib()
             self.file_peak = max(self.file_peak, mapped)
-            self.samples.append((time.perf_counter() - self._start, total, self._label()))
+            label = self._label()
+            self.samples.append((time.perf_counter() - self._start, total, label))
+            self.file_by_label[label] = max(self.file_by_label.get(label, 0.0), mapped)
             self._stop.wait(self.interval)
 
     @contextlib.contextmanager
@@ -98,7 +101,8 @@ class RssTimeline:
                 for t, mib, label in self.samples]
 
     def report(self) -> dict[str, Any]:
-        """``rss_by_phase_mib`` (peak sample per label) and ``rss_timeline`` ([seconds, MiB, label] points)."""
+        """``rss_by_phase_mib`` (peak sample per label), ``rss_file_by_phase_mib`` (the file-mapped part's peak per
+        label, before the relabelling as ``after``) and ``rss_timeline`` ([seconds, MiB, label] points)."""
         samples = self.labelled()
         peaks: dict[str, float] = {}
         for _, mib, label in samples:
@@ -107,4 +111,5 @@ class RssTimeline:
         points = [max(samples[i : i + step], key=lambda s: s[1]) for i in range(0, len(samples), step)]
         return {"rss_by_phase_mib": {k: round(v, 1) for k, v in peaks.items()},
                 "rss_timeline": [[round(t, 2), round(mib, 1), label] for t, mib, label in points],
-                "rss_sample_seconds": self.interval, "rss_file_peak_mib": round(self.file_peak, 1)}
+                "rss_sample_seconds": self.interval, "rss_file_peak_mib": round(self.file_peak, 1),
+                "rss_file_by_phase_mib": {k: round(v, 1) for k, v in self.file_by_label.items()}}

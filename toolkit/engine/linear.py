@@ -35,16 +35,24 @@ from toolkit.engine.stats import discover_groups
 from toolkit.errors import NumericalError, ToolkitError
 from toolkit.events import LayerDone, LayerStarted, RunWarning
 from toolkit.models.layers import get_weight, layer_linears
+from toolkit.runtime.mapped import release_replaced
 from toolkit.runtime.placement import placed
 from toolkit.runtime.precision import forward_precision
 
 
 @contextlib.contextmanager
 def on_device(run: RunState, layer: nn.Module) -> Iterator[None]:
-    """Hold ``layer`` on ``run.device`` in ``run.layer_dtype`` inside (both moves charged to ``copies``)."""
+    """Hold ``layer`` on ``run.device`` in ``run.layer_dtype`` inside (both moves charged to ``copies``).
+
+    The resident pages of a memory-mapped checkpoint under the tensors moved are released once they are
+    copied (:func:`toolkit.runtime.mapped.release_replaced`): the layer is not held twice on the host.
+    """
     stack = contextlib.ExitStack()
     with run.timer.section("copies"):
+        former = [(t, t.data) for t in [*layer.parameters(), *layer.buffers()]]
         stack.enter_context(placed(layer, run.device, run.layer_dtype))
+        release_replaced([data for t, data in former if t.data_ptr() != data.data_ptr()])
+        del former
     try:
         yield
     finally:
