@@ -43,6 +43,7 @@ from toolkit.events import Event
 from toolkit.methods.base import MethodSpec, Scope, Stat
 from toolkit.models.layers import decoder_layers, get_weight, layer_linears
 from toolkit.runtime.devices import forward_dtype, resolve_device
+from toolkit.runtime.mapped import release_replaced
 from toolkit.runtime.memory import KEEP_FREED_MAX_LAYER_BYTES, keep_freed_memory, return_freed_memory
 from toolkit.runtime.placement import storage_dtype
 from toolkit.runtime.precision import DTYPE_NAMES, layer_precision
@@ -170,7 +171,10 @@ def capture_first_inputs(run: RunState, model: nn.Module, layers: nn.ModuleList,
         run.gram_limit = min(run.cfg.error_windows, windows.shape[0]) * windows.shape[1]
     batch = windows.shape[0] if run.fused else run.cfg.batch_size
     with run.timer.section("capture"):
-        return capture_layer_inputs(model, layers, windows, run.device, batch, run.layer_dtype)
+        former = [t.data for t in [*model.parameters(), *model.buffers()]]  # the embeddings are upcast and back
+        inputs = capture_layer_inputs(model, layers, windows, run.device, batch, run.layer_dtype)
+        release_replaced(former)  # the mapped pages the capture read: the embeddings are held as a copy now
+        return inputs
 
 
 def _prune_linears(run: RunState, model: nn.Module, windows: Tensor) -> None:

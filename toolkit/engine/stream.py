@@ -41,6 +41,7 @@ from toolkit.models.quant_checkpoint import check_savable, qualified_names
 from toolkit.models.stream import ShardWriter, StreamedModel
 from toolkit.models.stream_quant import LayerPacker
 from toolkit.runtime.devices import resolve_device
+from toolkit.runtime.mapped import release_replaced
 from toolkit.runtime.memory import KEEP_FREED_MAX_LAYER_BYTES, return_freed_memory
 from toolkit.spec.allocation import OWL
 from toolkit.spec.compression import Compression, as_compression
@@ -151,6 +152,7 @@ def _stream_layers(run: RunState, streamed: StreamedModel, writer: ShardWriter, 
         plan_allocation(run, layers, inputs)  # a ratio file (OWL needs every dense layer: check_streamable refuses it)
         with run.timer.section("copies"):
             writer.write_rest(streamed.rest_tensors())
+            release_replaced(list(streamed.rest_tensors().values()))  # their mapped pages, read for the writing
         run.result.phases.append(run.timer.layer_done(-1))
         groups: list[list[str]] | None = None
         for index, layer in enumerate(layers):

@@ -5,6 +5,8 @@ mapping, and every page a pass has read stays resident, counted in the process's
 mapping lives, which is as long as any tensor of the file does. When the engine holds a decoder layer in
 another dtype or on another device (a bfloat16 layer upcast to float32 for its passes), the layer's stored
 bytes are read no more, yet their pages would stay resident beside the float32 copy: on a 7B layer 386 MiB.
+Likewise the embeddings and the output head, read once by the capture of layer 0's inputs (and by a streamed
+run's writing of them), are not read again until the model is saved or evaluated.
 
 :func:`release_replaced` tells the kernel those pages are not needed (``madvise(MADV_DONTNEED)``). Only pages
 that still hold the file's own bytes are released (``/proc/self/pagemap``: a file page, not an anonymous
@@ -68,7 +70,10 @@ def _clean_runs(pagemap: BinaryIO, start: int, stop: int) -> list[tuple[int, int
 
 
 def release_replaced(old: list[Tensor]) -> int:
-    """Release the resident file pages under ``old`` (tensors whose data was replaced); the bytes released.
+    """Release the resident file pages under ``old``; the bytes released.
+
+    ``old``: tensors whose data was replaced, or that are not read for a while (a later read faults the same
+    bytes back).
 
     Each tensor must be a view the caller holds (so its mapping stays alive during the call); CUDA tensors,
     non-contiguous ones and those outside a private file mapping are skipped.
