@@ -19,20 +19,12 @@ import argparse
 import dataclasses
 import json
 import platform
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.records import emit
-
-
-def _git() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
+from toolkit.run.provenance import git_head
 
 
 def measure(args: argparse.Namespace, sparsity: str) -> list[dict[str, Any]]:
@@ -78,7 +70,7 @@ def measure(args: argparse.Namespace, sparsity: str) -> list[dict[str, Any]]:
     protocol = {"model_label": args.model, "threads": torch.get_num_threads(), "layers": args.layers,
                 "calibration": {"source": "wiki", "split": "train", "nsamples": args.nsamples, "seqlen": args.seqlen,
                                 "seed": args.seed}}  # the shape benchmarks/results_read.py reads
-    return [{"bench": "alps_vs_sparsegpt", "target": sparsity, **row, "protocol": protocol, "git": _git(),
+    return [{"bench": "alps_vs_sparsegpt", "target": sparsity, **row, "protocol": protocol, "git": git_head() or None,
              "machine": platform.machine(), "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}
             for row in rows]
 

@@ -28,6 +28,7 @@ import torch
 
 from benchmarks.records import emit
 from toolkit.methods import permute
+from toolkit.run.provenance import git_head
 from toolkit.spec.targets import NM, parse_sparsity
 
 
@@ -129,14 +130,6 @@ def compare_search(out: int, width: int, target: NM, seed: int, baseline: Any) -
             "positions_differing": int((ours != theirs).sum()), "same_mask": bool(torch.equal(keep, their_keep))}
 
 
-def _git() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def main() -> None:
     """Time the search on every ``--shapes`` entry (``OUTxIN``) and print one JSON object each."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -165,7 +158,7 @@ def main() -> None:
         else:
             record = {"step": "search", **measure(out, width, target, args.seed)}
         emit({"bench": "permute_search", "label": args.label, **record, "threads": torch.get_num_threads(),
-              "torch": torch.__version__, "machine": platform.machine(), "git": _git(),
+              "torch": torch.__version__, "machine": platform.machine(), "git": git_head() or None,
               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}, args.json)
 
 
