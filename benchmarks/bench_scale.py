@@ -8,7 +8,7 @@ A random-weight checkpoint of the shape (``benchmarks.scale_configs``: the real 
 no hub access) is written to ``--workdir`` (default a temporary folder, removed at the end unless ``--keep``;
 a complete folder from an earlier ``--keep`` run with the same inputs is reused), stored in ``--dtype``, with
 the byte-tokenizer marker instead of a tokenizer. It is built in a child process (``--build-only``), so the
-build's memory never counts in this process's RSS peak (``ru_maxrss`` of RUSAGE_SELF excludes children). The
+build's memory never counts in this process's RSS peak (``VmHWM``, its own high-water mark, excludes children). The
 run then goes through ``toolkit.api.prune_model`` in this process: calibration on the embedded ``wiki`` text,
 no evaluation, all offline.
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import subprocess
 import sys
@@ -47,6 +46,7 @@ from benchmarks.scale_configs import (
 from benchmarks.scale_floor import floor_ratios, floor_seconds
 from toolkit.cli.main import parse_set as cli_parse_set
 from toolkit.errors import ToolkitError
+from toolkit.runtime.rss import peak_rss_mib
 
 ROOT = Path(__file__).resolve().parents[1]
 FORWARD_ASKED = ("auto", "fp32", "bf16")
@@ -88,8 +88,8 @@ def rss_now_mib() -> float | None:
 
 
 def rss_peak_mib() -> float:
-    """Peak resident memory of this process so far (children excluded), MiB; Linux reports KiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Peak resident memory of this process so far (its own high-water mark, children excluded), MiB."""
+    return peak_rss_mib()
 
 
 def resolve_device(device: str) -> str:

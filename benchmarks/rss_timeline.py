@@ -7,7 +7,7 @@ checkpoint, writing the result) and ``engine`` in between (the driver's own step
 which phase a regression of the high-water mark happens; the timeline (at most :data:`POINTS` points, the
 highest sample of each time bucket) shows its shape.
 
-Sampling misses peaks shorter than the interval (default 20 ms); the process's ``ru_maxrss`` stays the exact
+Sampling misses peaks shorter than the interval (default 20 ms); the process's ``VmHWM`` stays the exact
 high-water mark.
 """
 

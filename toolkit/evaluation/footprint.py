@@ -38,8 +38,8 @@ from toolkit.evaluation.generate import DEFAULT_PROMPTS, encode_prompt
 from toolkit.evaluation.speed import check_speed_args, compare
 from toolkit.models.load import LoadedModel, load_model
 from toolkit.models.sources import check_model_source, run_model_folder
+from toolkit.runtime.rss import status_kib
 
-PROC_STATUS = Path("/proc/self/status")
 CLEAR_REFS = Path("/proc/self/clear_refs")
 CHILD = ("import json, sys\nfrom toolkit.evaluation.footprint import child_load\n"
          "print(json.dumps(child_load(sys.argv[1])))")
@@ -179,10 +179,10 @@ def child_load(name: str) -> dict[str, Any]:
 
     before = _reset_peak()
     loaded = load_model(name)
-    peak = _status_kib("VmHWM")
+    peak = status_kib("VmHWM")
     with torch.no_grad():
         loaded.model(input_ids=torch.zeros(1, READY_TOKENS, dtype=torch.long))
-    ready = _status_kib("VmHWM")
+    ready = status_kib("VmHWM")
     if before is None or peak is None or ready is None:
         return {"host_peak_mb": None, "host_ready_mb": None, "host_note": "no /proc/self/clear_refs here (Linux only)"}
     return {"host_peak_mb": (peak - before) / 1024, "host_ready_mb": (ready - before) / 1024}
@@ -194,15 +194,4 @@ def _reset_peak() -> int | None:
         CLEAR_REFS.write_text("5")
     except OSError:
         return None
-    return _status_kib("VmRSS")
-
-
-def _status_kib(key: str) -> int | None:
-    try:
-        lines = PROC_STATUS.read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    return None
+    return status_kib("VmRSS")

@@ -17,13 +17,13 @@ import functools
 import hashlib
 import json
 import platform
-import resource
 import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.models.sources import cache_dir
+from toolkit.runtime.rss import peak_rss_mib
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -65,8 +65,8 @@ def versions() -> dict[str, str]:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, MiB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Peak resident memory of this process so far, MiB (:func:`toolkit.runtime.rss.peak_rss_mib`)."""
+    return peak_rss_mib()
 
 
 def _cache_file(table: str) -> Path:
