@@ -77,7 +77,7 @@ def _written_weight(run: RunState, index: int, name: str, W: Tensor, keep: Tenso
         raise ToolkitError(f"{run.spec.name} returned no quantization state for layer {index} {name} "
                            f"although {run.quant} was asked for")
     if result.quant is not None:
-        new = result.quant.to(W.device).effective_weight().masked_fill(~keep, 0.0)
+        new = result.quant.to(W.device).effective_weight().masked_fill_(~keep, 0.0)  # a fresh tensor: in place
     else:
         new = result.weight.to(SOLVER_DTYPE)
     assert new.shape == W.shape, f"{run.spec.name} returned shape {tuple(new.shape)} for {tuple(W.shape)}"
@@ -134,7 +134,7 @@ def _report(run: RunState, solved: _Solved, stats: LinearStats) -> None:
     if result.quant is not None:
         bits = bits_per_weight(result.quant.spec, W.shape[1])
         base = float(torch.linalg.vector_norm(W * keep))
-        quant_error = float(torch.linalg.vector_norm((new - W) * keep)) / base if base > 0 else 0.0
+        quant_error = float(torch.linalg.vector_norm((new - W).mul_(keep))) / base if base > 0 else 0.0
         run.result.quant[(index, name)] = result.quant.spec
     with run.timer.section("error"):
         rel, rel_dense = reconstruction_errors(W, new, stats)

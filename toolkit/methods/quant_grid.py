@@ -34,6 +34,7 @@ from toolkit.spec.compression import QuantSpec
 
 MIN_SCALE = 1e-5  # AWQ's clamp on (max − min): a constant group still gets a usable grid
 SCALE_BITS = 16  # scales are stored in fp16/bf16 by compressed-tensors and the runtimes
+CHUNK_ENTRIES = 1 << 22  # entries per row chunk of the full-size passes (16 MiB of float32 temporaries)
 
 
 @dataclass
@@ -89,8 +90,26 @@ def _expand(per_group: Tensor, width: int, columns: int) -> Tensor:
     return per_group.repeat_interleave(width, dim=1)[:, :columns]
 
 
+def row_chunks(rows: int, columns: int) -> list[slice]:
+    """Row ranges of about :data:`CHUNK_ENTRIES` entries that cover ``rows`` rows (at least one range)."""
+    step = max(1, CHUNK_ENTRIES // max(columns, 1))
+    return [slice(start, min(start + step, rows)) for start in range(0, rows, step)] or [slice(0, rows)]
+
+
 def grid(W: Tensor, spec: QuantSpec) -> tuple[Tensor, Tensor]:
-    """Scales and zero points (out, groups) of the min-max grid of ``W`` (see the module docstring)."""
+    """Scales and zero points (out, groups) of the min-max grid of ``W`` (see the module docstring).
+
+    Computed row chunk by row chunk (each row's grid depends on that row alone), so a float32 copy of a
+    bf16 or padded weight exists for one chunk at a time.
+    """
+    parts = [_grid_rows(W[rows], spec) for rows in row_chunks(W.shape[0], W.shape[1])]
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([scales for scales, _ in parts]), torch.cat([zeros for _, zeros in parts])
+
+
+def _grid_rows(W: Tensor, spec: QuantSpec) -> tuple[Tensor, Tensor]:
+    """:func:`grid` of a block of rows."""
     qmax = spec.levels - 1
     Wg = _grouped(W.float(), group_width(spec, W.shape[1]))  # (out, groups, width)
     if spec.symmetric:
@@ -108,10 +127,19 @@ def grid(W: Tensor, spec: QuantSpec) -> tuple[Tensor, Tensor]:
 
 
 def codes_on_grid(W: Tensor, scales: Tensor, zeros: Tensor, spec: QuantSpec) -> Tensor:
-    """Q = clamp(round(W / s) + z, 0, qmax) for a given grid; (out, in) uint8."""
-    width = group_width(spec, W.shape[1])
-    s, z = _expand(scales, width, W.shape[1]), _expand(zeros, width, W.shape[1])
-    return torch.clamp(torch.round(W.float() / s) + z, 0, spec.levels - 1).to(torch.uint8)
+    """Q = clamp(round(W / s) + z, 0, qmax) for a given grid; (out, in) uint8.
+
+    Row chunk by row chunk, in place within a chunk: the float32 temporaries are one chunk's, never the
+    whole weight's (the values are those of the whole-matrix formula, element by element).
+    """
+    columns = W.shape[1]
+    width = group_width(spec, columns)
+    codes = torch.empty(W.shape, dtype=torch.uint8, device=W.device)
+    for rows in row_chunks(W.shape[0], columns):
+        step = W[rows].float() / _expand(scales[rows], width, columns)
+        step.round_().add_(_expand(zeros[rows], width, columns)).clamp_(0, spec.levels - 1)
+        codes[rows] = step
+    return codes
 
 
 def quantize(W: Tensor, spec: QuantSpec) -> QuantState:
@@ -122,10 +150,14 @@ def quantize(W: Tensor, spec: QuantSpec) -> QuantState:
 
 def dequantize(state: QuantState) -> Tensor:
     """ŵ = (q − z) · s as float32 (out, in)."""
-    columns = state.codes.shape[1]
+    codes = state.codes
+    columns = codes.shape[1]
     width = group_width(state.spec, columns)
-    s, z = _expand(state.scales, width, columns), _expand(state.zeros, width, columns)
-    return (state.codes.float() - z) * s
+    out = torch.empty(codes.shape, dtype=torch.float32, device=codes.device)
+    for rows in row_chunks(codes.shape[0], columns):  # one chunk's temporaries at a time
+        torch.mul(codes[rows].to(torch.float32, copy=True).sub_(_expand(state.zeros[rows], width, columns)),
+                  _expand(state.scales[rows], width, columns), out=out[rows])
+    return out
 
 
 def project(W: Tensor, spec: QuantSpec) -> Tensor:
@@ -143,7 +175,10 @@ def zero_point_codes(state: QuantState) -> Tensor:
     """(out, in) uint8: every weight's group zero point, the code that dequantizes to exactly 0."""
     columns = state.codes.shape[1]
     width = group_width(state.spec, columns)
-    return state.zeros.repeat_interleave(width, dim=1)[:, :columns].round().to(torch.uint8)
+    out = torch.empty(state.codes.shape, dtype=torch.uint8, device=state.codes.device)
+    for rows in row_chunks(out.shape[0], columns):
+        out[rows] = _expand(state.zeros[rows], width, columns).round_()
+    return out
 
 
 def mask_state(state: QuantState, keep: Tensor) -> QuantState:

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from toolkit.errors import ToolkitError
-from toolkit.methods.quant_grid import QuantState, dequantize
+from toolkit.methods.quant_grid import QuantState, dequantize, row_chunks
 from toolkit.models.save import save_checkpoint
 from toolkit.models.shrunk import mark_per_layer, structure_record
 from toolkit.models.tokenizers import TextCodec
@@ -51,19 +51,63 @@ class GridShape(NamedTuple):
 
 
 def pack_codes(codes: Tensor, bits: int, packed_dim: Literal[0, 1] = 1) -> Tensor:
-    """Unsigned codes in [0, 2^bits) → compressed-tensors int32 words (signed offset applied)."""
+    """Unsigned codes in [0, 2^bits) → compressed-tensors int32 words (signed offset applied).
+
+    Packed along the rows (``packed_dim`` 1, a weight's codes) it goes row chunk by row chunk, so the
+    library's int32 temporaries are one chunk's (each row packs alone: the words are the same).
+    """
     from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
 
-    signed = (codes.to(torch.int32) - (1 << (bits - 1))).to(torch.int8)
-    return pack_to_int32(signed, bits, packed_dim=packed_dim)
+    if packed_dim == 0:  # zero points: one row per group, small
+        return pack_to_int32(_signed(codes, bits), bits, packed_dim=0)
+    rows, columns = codes.shape
+    out = torch.empty((rows, math.ceil(columns / (32 // bits))), dtype=torch.int32, device=codes.device)
+    for chunk in row_chunks(rows, columns):
+        out[chunk] = pack_to_int32(_signed(codes[chunk], bits), bits)
+    return out
+
+
+def _signed(codes: Tensor, bits: int) -> Tensor:
+    """Codes q in [0, 2^bits) as the library's signed int8 q − 2^(bits−1)."""
+    return (codes.to(torch.int32) - (1 << (bits - 1))).to(torch.int8)
 
 
 def unpack_codes(packed: Tensor, bits: int, shape: tuple[int, int], packed_dim: Literal[0, 1] = 1) -> Tensor:
-    """Inverse of :func:`pack_codes`: (shape) uint8 codes in [0, 2^bits)."""
+    """Inverse of :func:`pack_codes`: (shape) uint8 codes in [0, 2^bits) (row chunk by row chunk along the rows)."""
     from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
 
-    signed = unpack_from_int32(packed, bits, torch.Size(shape), packed_dim=packed_dim)
-    return (signed.to(torch.int32) + (1 << (bits - 1))).to(torch.uint8)
+    def unsigned(words: Tensor, rows: int) -> Tensor:
+        signed = unpack_from_int32(words, bits, torch.Size((rows, shape[1])), packed_dim=packed_dim)
+        return (signed.to(torch.int32) + (1 << (bits - 1))).to(torch.uint8)
+
+    if packed_dim == 0:
+        return unsigned(packed, shape[0])
+    out = torch.empty(shape, dtype=torch.uint8, device=packed.device)
+    for chunk in row_chunks(*shape):
+        out[chunk] = unsigned(packed[chunk], out[chunk].shape[0])
+    return out
+
+
+def packed_tensors(state: QuantState, dtype: torch.dtype) -> dict[str, Tensor]:
+    """One linear's pack-quantized tensors (names local to the linear) from its state, scales in ``dtype``.
+
+    The layout the library's pack-quantized compressor gives a linear whose grid :func:`load_grid` loaded
+    and whose codes :func:`store_codes` replaced (what :func:`save_quantized` writes): ``weight_packed``
+    (int32), ``weight_scale`` (out, groups) in ``dtype``, ``weight_shape`` (int64) and, for an asymmetric
+    grid, ``weight_zero_point`` packed along the rows; built from the state's codes alone, so no float copy
+    of the weight is made. The codes' pack/unpack round trip is checked.
+    """
+    bits = state.spec.bits
+    codes = state.codes.cpu()
+    out = {"weight_packed": pack_codes(codes, bits),
+           "weight_scale": state.scales.cpu().reshape(state.shape[0], -1).to(dtype),
+           "weight_shape": torch.tensor(state.shape, dtype=torch.int64)}
+    if not state.spec.symmetric:
+        out["weight_zero_point"] = pack_codes(state.zeros.round().to(torch.uint8).cpu(), bits,
+                                              packed_dim=0).contiguous()
+    back = unpack_codes(out["weight_packed"], bits, state.shape)
+    assert torch.equal(back, codes), "pack/unpack round trip of the codes failed"
+    return out
 
 
 def _check(model: nn.Module, states: dict[str, QuantState]) -> None:

@@ -5,9 +5,10 @@ layer (given by the engine's sinks as the layer is compressed, masked as
 :class:`toolkit.models.quant_checkpoint.StateCollector` masks them), turns each quantized linear's ``weight``
 into the compressed-tensors ``pack-quantized`` tensors (``weight_packed``, ``weight_scale``,
 ``weight_zero_point`` for asymmetric grids, ``weight_shape``) and forgets the states, so host memory stays one
-layer. The packing is :mod:`toolkit.models.save_quant`'s, linear by linear: the compressed-tensors library
-compresses a copy of that one linear under its qualified name, and the state's own codes replace what it
-derived. At the end :meth:`LayerPacker.write_config` adds the ``quantization_config`` that
+layer. The packing is :func:`toolkit.models.save_quant.packed_tensors`, linear by linear: the state's codes
+packed by the compressed-tensors library's packer in the layout its pack-quantized compressor gives the
+in-memory export (the tests compare the two checkpoints tensor by tensor), with no float copy of the weight
+and no progress bar per linear. At the end :meth:`LayerPacker.write_config` adds the ``quantization_config`` that
 :func:`toolkit.models.save_quant.save_quantized` writes for the same linears (built by the library from the
 model's schemes, on the meta device), so the folder is the checkpoint an in-memory ``--save-model`` run writes.
 
@@ -36,8 +37,7 @@ from toolkit.models.save_quant import (
     check_states,
     checkpoint_sizes,
     grid_config,
-    load_grid,
-    store_codes,
+    packed_tensors,
 )
 from toolkit.models.sources import check_shards
 from toolkit.runtime.placement import storage_dtype
@@ -129,33 +129,16 @@ def load_packed(module: nn.Module, folder: Path, shards: dict[str, str], keys: d
                 target.copy_(value)
 
 
-def _holder(name: str, linear: nn.Module) -> nn.Module:
-    """A module tree holding ``linear`` alone under its qualified ``name`` (what the library's targets match)."""
-    root = nn.Module()
-    _graft(root, name, linear)
-    return root
-
-
 def pack_linear(name: str, weight: Tensor, state: QuantState) -> dict[str, Tensor]:
     """The pack-quantized tensors (checkpoint key → CPU tensor) of linear ``name`` quantized as ``state``.
 
     ``weight`` is the linear's float weight as the layer holds it; only its dtype is used: the scales are stored
     in it, as :func:`toolkit.models.save_quant.save_quantized` stores them for a model in that dtype (the
-    values come from ``state``, whose dequantization the layer holds).
+    values come from ``state``, whose dequantization the layer holds). The tensors are
+    :func:`toolkit.models.save_quant.packed_tensors`: the state's codes packed by the library's packer, the
+    layout of its pack-quantized compressor, with no float copy of the weight.
     """
-    from compressed_tensors.compressors import ModelCompressor
-    from compressed_tensors.quantization import apply_quantization_config
-
-    out, cols = state.shape
-    linear = nn.Linear(cols, out, bias=False, device="meta", dtype=weight.dtype).to_empty(device="cpu")  # no init
-    linear.requires_grad_(False)
-    holder = _holder(name, linear)
-    apply_quantization_config(holder, grid_config({name: GridShape(state.spec, state.shape)}))
-    module = holder.get_submodule(name)
-    load_grid(module, state)
-    ModelCompressor.from_pretrained_model(holder, quantization_format=FORMAT).compress_model(holder)
-    store_codes(module, state)
-    return {f"{name}.{key}": tensor.detach().cpu().contiguous() for key, tensor in module.state_dict().items()}
+    return {f"{name}.{key}": tensor for key, tensor in packed_tensors(state, weight.dtype).items()}
 
 
 @dataclass
