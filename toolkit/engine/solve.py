@@ -58,8 +58,9 @@ def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str],
         with run.timer.section("solve"):
             if run.compression.permute:  # inputs permuted for the solve, the result mapped back (methods/permute.py)
                 result = permuted_solve(run.spec, W.clone(), stats, run.target, run.method_cfg, ctx)  # type: ignore[arg-type]
-            else:
-                result = run.spec.fn(W.clone(), stats, run.target, run.method_cfg, ctx)
+            else:  # a method that may write into W gets a copy; W stays the "before" of the error and the report
+                weight_in = W if run.spec.reads_weight_only else W.clone()
+                result = run.spec.fn(weight_in, stats, run.target, run.method_cfg, ctx)
         if run.cfg.refine is not None and run.cfg.refine.applies_to(name):
             with run.timer.section("refine"):
                 result = refine_mask(run, name, W, result, stats)

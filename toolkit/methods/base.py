@@ -149,6 +149,9 @@ class MethodSpec:
     # False when its quantization states cannot be saved as pack-quantized (AWQ: Ŵ = Q(W·diag s)/s needs
     # 1/s folded into the preceding op, which a per-linear solve cannot do; see toolkit.methods.awq)
     saves_quant: bool = True
+    # True when ``fn`` never writes into the W it is given: the engine then hands it the layer's weight itself
+    # instead of a copy (one (out, in) float32 tensor less at the host peak of a 7B layer)
+    reads_weight_only: bool = False
 
     def supports(self, target: Target) -> bool:
         """True if the method can meet this kind of sparsity target."""

@@ -34,4 +34,5 @@ SPEC = MethodSpec(
     needs=frozenset(),
     targets=structured_supported(),
     summary="smallest |W| per linear; data-free baseline",
+    reads_weight_only=True,
 )

@@ -69,4 +69,5 @@ SPEC = MethodSpec(
     needs=frozenset({Stat.COL_NORMS}),
     targets=(Unstructured, NM),
     summary="relative importance (row + column share of |W|)·‖X_j‖^0.5 per output row, no update",
+    reads_weight_only=True,
 )

@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 
 from toolkit.methods.base import LinearStats, MethodSpec, PruneResult, SolveContext, Stat, structured_supported
-from toolkit.methods.masks import keep_mask_from_scores
-from toolkit.spec.targets import Target
+from toolkit.methods.masks import ROW_CHUNK_ELEMENTS, keep_mask_from_scores
+from toolkit.spec.targets import Structured, Target
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,25 @@ def wanda_scores(W: Tensor, stats: LinearStats) -> Tensor:
 def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: WandaConfig, ctx: SolveContext) -> PruneResult:
     """Keep-mask from the Wanda score; kept weights unchanged."""
     assert target is not None, "a pruning method always gets a sparsity target (MethodSpec.check)"
-    keep = keep_mask_from_scores(wanda_scores(W, stats), target, group="row")
+    keep = keep_mask_by_rows(W, stats, target)
     return PruneResult(weight=W * keep, keep_mask=keep)
+
+
+def keep_mask_by_rows(W: Tensor, stats: LinearStats, target: Target) -> Tensor:
+    """The keep-mask of S = |W| ⊙ ‖X_j‖, scored a block of rows at a time where rows are independent.
+
+    Per-row and n:m groups never span rows, so each block of ``ROW_CHUNK_ELEMENTS`` entries is scored and
+    selected alone: the mask is exactly the whole matrix's, without an (out, in) float32 score beside W
+    (180 MiB for a 7B MLP linear). A structured target compares columns over all rows: scored whole.
+    """
+    if isinstance(target, Structured):
+        return keep_mask_from_scores(wanda_scores(W, stats), target, group="row")
+    step = max(1, ROW_CHUNK_ELEMENTS // max(1, W.shape[1]))
+    keep = torch.empty(W.shape, dtype=torch.bool, device=W.device)
+    for start in range(0, W.shape[0], step):
+        keep[start : start + step] = keep_mask_from_scores(wanda_scores(W[start : start + step], stats), target,
+                                                           group="row")
+    return keep
 
 
 SPEC = MethodSpec(
@@ -43,4 +60,5 @@ SPEC = MethodSpec(
     needs=frozenset({Stat.COL_NORMS}),
     targets=structured_supported(),
     summary="|W|·‖X_j‖ per output row, no update",
+    reads_weight_only=True,
 )
