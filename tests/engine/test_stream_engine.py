@@ -120,6 +120,25 @@ def test_failing_run_leaves_nothing(sources: dict[str, Path], tmp_path: Path) ->
     assert {p.device.type for p in streamed.layers.parameters()} == {"meta"}  # the failed layer was released
 
 
+def test_out_of_memory_mid_layer_leaves_no_partial_checkpoint(sources: dict[str, Path], tmp_path: Path) -> None:
+    """A device that runs out of memory in layer 1 (layer 0 already written): one line naming the layer and the
+    memory asked, no ``out`` and no ``out.partial`` left, the source untouched."""
+    folder = sources["qwen2-bf16"]
+    before = _digest(folder)
+    streamed = open_streamed(folder)
+
+    def out_of_memory() -> BaseException:
+        return torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has 80 GiB")
+
+    events: list = []
+    with pytest.raises(ToolkitError, match=r"out of memory in layer 1 .*tried to allocate 20\.00 GiB.*nothing was "
+                                           r"written and the source is untouched"):
+        prune_streaming(streamed, tmp_path / "out", _windows(), exploding(1, out_of_memory), Unstructured(0.5),
+                        get_method("magnitude").make_config(), cfg=CFG, emit=events.append)
+    assert any(isinstance(e, LayerDone) for e in events), "layer 0 was written before the failure"
+    assert list(tmp_path.iterdir()) == [] and _digest(folder) == before
+
+
 def test_cancelled_run_leaves_nothing(sources: dict[str, Path], tmp_path: Path) -> None:
     spec, seen = get_method("wanda"), []
     with pytest.raises(RunCancelled):
