@@ -95,19 +95,30 @@ def packed_tensors(state: QuantState, dtype: torch.dtype) -> dict[str, Tensor]:
     and whose codes :func:`store_codes` replaced (what :func:`save_quantized` writes): ``weight_packed``
     (int32), ``weight_scale`` (out, groups) in ``dtype``, ``weight_shape`` (int64) and, for an asymmetric
     grid, ``weight_zero_point`` packed along the rows; built from the state's codes alone, so no float copy
-    of the weight is made. The codes' pack/unpack round trip is checked.
+    of the weight is made. :func:`packed_words` and :func:`packed_scale` are its two halves.
+    """
+    return packed_words(state) | {"weight_scale": packed_scale(state.scales, state.shape, dtype)}
+
+
+def packed_words(state: QuantState) -> dict[str, Tensor]:
+    """The integer half of :func:`packed_tensors`: ``weight_packed``, ``weight_shape``, ``weight_zero_point``.
+
+    The codes' pack/unpack round trip is checked.
     """
     bits = state.spec.bits
     codes = state.codes.cpu()
-    out = {"weight_packed": pack_codes(codes, bits),
-           "weight_scale": state.scales.cpu().reshape(state.shape[0], -1).to(dtype),
-           "weight_shape": torch.tensor(state.shape, dtype=torch.int64)}
+    out = {"weight_packed": pack_codes(codes, bits), "weight_shape": torch.tensor(state.shape, dtype=torch.int64)}
     if not state.spec.symmetric:
         out["weight_zero_point"] = pack_codes(state.zeros.round().to(torch.uint8).cpu(), bits,
                                               packed_dim=0).contiguous()
     back = unpack_codes(out["weight_packed"], bits, state.shape)
     assert torch.equal(back, codes), "pack/unpack round trip of the codes failed"
     return out
+
+
+def packed_scale(scales: Tensor, shape: tuple[int, int], dtype: torch.dtype) -> Tensor:
+    """``weight_scale``: a state's scales (out, groups) in ``dtype`` (the model's), as the library stores them."""
+    return scales.cpu().reshape(shape[0], -1).to(dtype)
 
 
 def _check(model: nn.Module, states: dict[str, QuantState]) -> None:
@@ -121,7 +132,7 @@ def _check(model: nn.Module, states: dict[str, QuantState]) -> None:
     check_states(states, {name: tuple(_tensor(model.get_submodule(name), "weight").shape) for name in states})
 
 
-def check_states(states: dict[str, QuantState], shapes: dict[str, tuple[int, ...]]) -> None:
+def check_states(states: dict[str, QuantState] | dict[str, GridShape], shapes: dict[str, tuple[int, ...]]) -> None:
     """ToolkitError for a state the format cannot hold: AWQ's, another shape than the weight's, partial groups."""
     for name, state in states.items():
         if hasattr(state, "input_scale"):

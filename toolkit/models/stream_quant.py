@@ -30,18 +30,21 @@ from torch import Tensor, nn
 from toolkit.errors import ToolkitError
 from toolkit.methods.quant_grid import QuantState
 from toolkit.models.packed import PACKED, dequantize_state
-from toolkit.models.quant_checkpoint import SPARSE_NOTE, StateCollector
+from toolkit.models.quant_checkpoint import SPARSE_NOTE, LinearKey, StateCollector
 from toolkit.models.save_quant import (
     FORMAT,
     GridShape,
     check_states,
     checkpoint_sizes,
     grid_config,
+    packed_scale,
     packed_tensors,
+    packed_words,
 )
 from toolkit.models.sources import check_shards
 from toolkit.runtime.placement import storage_dtype
 from toolkit.runtime.precision import DTYPE_NAMES
+from toolkit.spec.compression import QuantSpec
 
 WEIGHT = "weight"
 
@@ -141,28 +144,69 @@ def pack_linear(name: str, weight: Tensor, state: QuantState) -> dict[str, Tenso
     return {f"{name}.{key}": tensor for key, tensor in packed_tensors(state, weight.dtype).items()}
 
 
+@dataclass(frozen=True)
+class PackedLinear:
+    """A linear's quantization state once its codes are packed: what writing its layer still needs."""
+
+    spec: QuantSpec
+    shape: tuple[int, int]
+    scales: Tensor  # (out, groups) float32; stored in the layer's dtype when the layer is written
+    words: dict[str, Tensor]  # packed_words: weight_packed, weight_shape, weight_zero_point (asymmetric grids)
+
+    def tensors(self, name: str, dtype: torch.dtype) -> dict[str, Tensor]:
+        """The linear's pack-quantized tensors under ``name``, scales in ``dtype``: :func:`pack_linear`'s."""
+        tensors = self.words | {"weight_scale": packed_scale(self.scales, self.shape, dtype)}
+        return {f"{name}.{key}": tensor for key, tensor in tensors.items()}
+
+
+@dataclass
+class PackingCollector(StateCollector):
+    """A :class:`StateCollector` that packs each state as it arrives (masked first, as the in-memory export's).
+
+    A layer's codes then wait for the layer's write as int32 words (b/8 bytes a weight; 4 bits: half the
+    uint8 codes) and its keep-masks are dropped at once: ``states`` and ``keeps`` stay empty, ``packed``
+    holds the layer's linears.
+    """
+
+    packed: dict[LinearKey, PackedLinear] = field(default_factory=dict)
+    pruned: bool = False
+
+    def quant(self, layer: int, name: str, state: QuantState) -> None:
+        """Mask the state with its keep-mask (given first), pack it, forget the codes and the mask."""
+        super().quant(layer, name, state)
+        masked = self.states.pop((layer, name))
+        self.pruned |= self.keeps.pop((layer, name), None) is not None
+        check_states({name: masked}, {name: masked.shape})  # AWQ states and partial groups: refused here
+        self.packed[(layer, name)] = PackedLinear(masked.spec, masked.shape, masked.scales.cpu(),
+                                                  packed_words(masked))
+
+    @property
+    def sparse(self) -> bool:
+        """True when some quantized linear was also pruned."""
+        return self.pruned or bool(self.keeps)
+
+
 @dataclass
 class LayerPacker:
     """Packs each written decoder layer's quantized linears; remembers only their grids for the config."""
 
     names: dict[tuple[int, str], str]  # (layer, linear) → qualified name (quant_checkpoint.qualified_names)
-    collector: StateCollector = field(default_factory=StateCollector)
+    collector: PackingCollector = field(default_factory=PackingCollector)
     grids: dict[str, GridShape] = field(default_factory=dict)
 
     def pack(self, index: int, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
         """Layer ``index``'s tensors with its quantized linears' weights replaced by their packed tensors.
 
-        The layer's states (and keep-masks) are dropped from the collector once packed.
+        The layer's packed states are dropped from the collector once written into the tensors.
         """
-        states = {key: self.collector.states.pop(key) for key in list(self.collector.states) if key[0] == index}
-        for key in [key for key in self.collector.keeps if key[0] == index]:
-            del self.collector.keeps[key]
-        named = {self.names[key]: state for key, state in states.items()}
-        check_states(named, {name: tuple(tensors[f"{name}.{WEIGHT}"].shape) for name in named})
+        held = self.collector.packed
+        linears = {self.names[key]: held.pop(key) for key in list(held) if key[0] == index}
+        check_states({name: GridShape(linear.spec, linear.shape) for name, linear in linears.items()},
+                     {name: tuple(tensors[f"{name}.{WEIGHT}"].shape) for name in linears})
         packed = dict(tensors)
-        for name, state in named.items():
-            packed.update(pack_linear(name, packed.pop(f"{name}.{WEIGHT}"), state))
-            self.grids[name] = GridShape(state.spec, state.shape)
+        for name, linear in linears.items():
+            packed.update(linear.tensors(name, packed.pop(f"{name}.{WEIGHT}").dtype))
+            self.grids[name] = GridShape(linear.spec, linear.shape)
         return packed
 
     def write_config(self, model: nn.Module, folder: Path) -> None:
@@ -200,5 +244,5 @@ def _graft(root: nn.Module, name: str, linear: nn.Module) -> None:
     parent.add_module(last, linear)
 
 
-__all__ = ["LayerPacker", "load_packed", "pack_linear", "packed_config", "packed_report", "packed_weights",
-           "streamed_report"]
+__all__ = ["LayerPacker", "PackedLinear", "PackingCollector", "load_packed", "pack_linear", "packed_config",
+           "packed_report", "packed_weights", "streamed_report"]
