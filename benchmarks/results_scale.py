@@ -68,7 +68,51 @@ def render_scale(paths: list[Path]) -> Lines:
                   "(`benchmarks/scale_floor.py`); the last column is (statistics + propagation + error) / floor "
                   "and the whole layer / floor.", ""]
         lines += table_lines(["run", "engine", *PHASES, "floor s", "passes / whole ÷ floor"], phase_rows)
-    return lines
+    lines += ["", "**On a GPU.** The goals for the full Llama-2-7B shape (32 decoder layers, bfloat16) at 128 × 2048 "
+              "calibration tokens on one GPU, beside what `bench_scale` measured there (`--device cuda`, e.g. "
+              "`--method wanda --nsamples 128 --seqlen 2048 --json benchmarks/results/scale_gpu.jsonl`). A row reads "
+              "\"not measured\" until such a record is in `benchmarks/results/`. FISTAPruner's goal is for the whole "
+              "model; measured on fewer layers, its row scales them to 32 and says so.", ""]
+    return lines + render_gpu_goals(paths)
+
+
+# the goals for the full Llama-2-7B shape on one GPU (32 decoder layers, 128 × 2048 calibration tokens): the
+# method's prune seconds, and the GPU memory peak of any of them. FISTAPruner's is for the whole model, measured on
+# fewer layers and scaled by 32 / layers (said in the row).
+GPU_GOALS = (("wanda", 45.0), ("sparsegpt", 100.0), ("fista", 480.0))
+GPU_PEAK_GOAL_MIB = 24 * 1000**3 / MIB  # 24 GB
+SEVEN_B_LAYERS = 32
+
+
+def _gpu_records(paths: list[Path]) -> list[Record]:
+    """bench_scale records of the Llama-2-7B shape at 128 × 2048 on a CUDA device."""
+    return [r for r in records_of(paths)
+            if r.get("benchmark") == "scale" and str(r.get("device", "")).startswith("cuda")
+            and r.get("shape") == "llama-2-7b" and int(r.get("nsamples", 0)) == 128 and int(r.get("seqlen", 0)) == 2048]
+
+
+def _goal_row(method: str, goal_s: float, records: list[Record]) -> list[str]:
+    runs = [r for r in records if r.get("method") == method]
+    if not runs:
+        return [method, f"≤ {goal_s:.0f} s", "not measured: no GPU run on record", "", ""]
+    best = max(runs, key=lambda r: int(r["layers"]))  # the most layers measured
+    layers = int(best["layers"])
+    seconds = float(best["prune_seconds"]) * SEVEN_B_LAYERS / layers
+    how = "32 layers" if layers == SEVEN_B_LAYERS else f"{layers} layers × {SEVEN_B_LAYERS / layers:g}"
+    met = "met" if seconds <= goal_s else "not met"
+    return [method, f"≤ {goal_s:.0f} s", f"{seconds:.0f} s ({how}, {best['device']})", met,
+            num(best.get("gpu_peak_mib"), 0)]
+
+
+def render_gpu_goals(paths: list[Path]) -> Lines:
+    """The GPU goals for Llama-2-7B beside what ``bench_scale`` measured on a GPU (or "not measured")."""
+    records = _gpu_records(paths)
+    rows = [_goal_row(method, goal, records) for method, goal in GPU_GOALS]
+    peaks = [float(r["gpu_peak_mib"]) for r in records if r.get("gpu_peak_mib") is not None]
+    peak = (f"{max(peaks):.0f} MiB ({'met' if max(peaks) <= GPU_PEAK_GOAL_MIB else 'not met'})" if peaks
+            else "not measured: no GPU run on record")
+    return [*table_lines(["method", "goal (7B, 128 × 2048)", "measured", "", "GPU peak MiB"], rows), "",
+            f"GPU memory peak goal ≤ 24 GB ({GPU_PEAK_GOAL_MIB:.0f} MiB): {peak}."]
 
 
 def render_dtype_ppl(paths: list[Path]) -> Lines:
@@ -96,8 +140,9 @@ SCALE_SECTIONS = [
         "Random-weight checkpoints built from the real configurations (`benchmarks/scale_configs.py`: "
         "Llama-2-7B is hidden 4096, MLP 11008, 32 heads, vocabulary 32000), stored in bfloat16, the first "
         "`layers` decoder layers kept; calibration on the embedded `wiki` text, no evaluation (`--eval none`), "
-        "the pruned checkpoint saved. The RSS peak is the process's high-water mark (`ru_maxrss`), the checkpoint "
-        "built in a child process so it does not count. `before` rows are the same command on the commit before "
+        "the pruned checkpoint saved. The RSS peak is the process's own high-water mark (`VmHWM`; `ru_maxrss` in "
+        "the older records, the same figure for a process started from a shell), the checkpoint built in a child "
+        "process so it does not count. `before` rows are the same command on the commit before "
         "the change (the model loaded in float32 and saved in float32). CPU figures are from the 2-core "
         "development machine while other jobs ran on it (seconds are loose upper bounds; memory is not affected). "
         "No GPU figure is on this page: none was measured.",
