@@ -202,6 +202,22 @@ def store_codes(module: nn.Module, state: QuantState) -> None:
     assert torch.equal(back, state.codes.cpu()), "pack/unpack round trip of the codes failed"
 
 
+def compress_linears(compressor: Any, model: nn.Module, names: list[str]) -> None:
+    """``compressor.compress_model(model)`` for the quantized linears ``names``, without its progress bar.
+
+    The library's own per-module step (``compress_module`` in the compressor's format), then the config's
+    status set to compressed, as ``compress_model`` does; the decompress-on-forward hook it adds is left out
+    (the copy is only saved).
+    """
+    from compressed_tensors.compressors.base import compress_module
+    from compressed_tensors.quantization import QuantizationStatus
+
+    for name in names:
+        compress_module(model.get_submodule(name), compressor.force_compression_format)
+    if compressor.quantization_config is not None:
+        compressor.quantization_config.quantization_status = QuantizationStatus.COMPRESSED
+
+
 def checkpoint_sizes(folder: Path, model: nn.Module, names: list[str], weights: int) -> dict[str, Any]:
     """Bytes on disk, bytes of the quantized linears ``names`` (codes, scales, zeros, shapes), bits per weight.
 
@@ -259,7 +275,7 @@ def save_quantized(model: nn.Module, codec: TextCodec, folder: str | Path, state
     for name, state in states.items():
         load_grid(work.get_submodule(name), state)
     compressor = ModelCompressor.from_pretrained_model(work, quantization_format=FORMAT)
-    compressor.compress_model(work)
+    compress_linears(compressor, work, list(states))
     for name, state in states.items():
         store_codes(work.get_submodule(name), state)
     record = structure_record(model)  # the shapes of the model, not of its compressed copy
