@@ -65,6 +65,7 @@ class ScaleOptions:
     forward_dtype: str = "auto"
     save_model: bool = False
     stream: bool = False
+    error: str = "sample"  # the layer output error: sample | none (RunConfig.error)
     options: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
     keep: bool = False
@@ -109,7 +110,7 @@ def run_config_kwargs(folder: Path, opts: ScaleOptions, device: str, runs_dir: P
         "model": str(folder), "method": opts.method, "sparsity": opts.sparsity, "nsamples": opts.nsamples,
         "seqlen": opts.seqlen, "eval_data": None, "device": device, "calib": "wiki", "seed": opts.seed,
         "forward_dtype": opts.forward_dtype, "out_dir": str(runs_dir), "save_model": opts.save_model,
-        "options": dict(opts.options), "dtype": "auto", "stream": opts.stream,
+        "options": dict(opts.options), "dtype": "auto", "stream": opts.stream, "error": opts.error,
     }
 
 
@@ -165,7 +166,8 @@ def make_record(name: str, shape: dict[str, Any], opts: ScaleOptions, result: di
         "benchmark": "scale", "shape": name, "layers": layers, "stored_dtype": opts.stored_dtype,
         "method": opts.method, "sparsity": result.get("sparsity", opts.sparsity), "options": dict(opts.options),
         "nsamples": opts.nsamples, "seqlen": opts.seqlen, "device": result.get("device"),
-        "device_asked": opts.device, "forward_dtype": opts.forward_dtype, "stream": opts.stream,
+        "device_asked": opts.device, "forward_dtype": opts.forward_dtype, "stream": opts.stream, "error": opts.error,
+        "layer_error": result.get("layer_error"),
         "prune_seconds": _round(result["prune_seconds"]),
         "seconds_per_layer": _round(result["prune_seconds"] / layers, 4),
         "rss_peak_mib": _round(memory["rss_peak_mib"], 1),
@@ -258,6 +260,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep", action="store_true", help="keep the checkpoint and the run store at the end")
     parser.add_argument("--save-model", action="store_true", help="save the pruned checkpoint; report bytes, dtypes")
     parser.add_argument("--stream", action="store_true", help="RunConfig(stream=True), where the toolkit has it")
+    parser.add_argument("--error", choices=("sample", "none"), default="sample",
+                        help="the layer output error: on 4 calibration windows (sample) or not measured (none)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a method option")
     parser.add_argument("--json", default=None, help="also append each JSON line to this file")
     parser.add_argument("--floor-only", action="store_true", help="print only the matmul floor of one layer")
@@ -270,7 +274,7 @@ def options_from(args: argparse.Namespace) -> ScaleOptions:
     """The :class:`ScaleOptions` of parsed arguments."""
     return ScaleOptions(stored_dtype=args.dtype, method=args.method, sparsity=args.sparsity, nsamples=args.nsamples,
                         seqlen=args.seqlen, device=args.device, forward_dtype=args.forward_dtype,
-                        save_model=args.save_model, stream=args.stream, options=parse_set(args.set),
+                        save_model=args.save_model, stream=args.stream, error=args.error, options=parse_set(args.set),
                         workdir=args.workdir, keep=args.keep, seed=args.seed)
 
 

@@ -1,6 +1,6 @@
 """Real model shapes with random weights, for :mod:`benchmarks.bench_scale`: the configs and the checkpoint writer.
 
-``SHAPES`` holds the Hugging Face ``config.json`` values of five real models, written out by hand (no hub
+``SHAPES`` holds the Hugging Face ``config.json`` values of six real models, written out by hand (no hub
 access). :func:`build_checkpoint` writes a random-weight checkpoint of one of them straight to safetensors,
 one decoder layer at a time, from the state-dict names and shapes of a model built on the ``meta`` device:
 host memory stays at about one layer (the largest group is the embeddings + ``lm_head``), and nothing is
@@ -42,6 +42,10 @@ SHAPES: dict[str, dict[str, Any]] = {
                     "num_attention_heads": 40, "num_key_value_heads": 40},
     "llama-2-70b": {**_LLAMA, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
                     "num_attention_heads": 64, "num_key_value_heads": 8},
+    # the embedded model's own config (toolkit.load_model("smollm2-135m").model.config): a small real shape
+    "smollm2-135m": {**_LLAMA, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+                     "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "vocab_size": 49152,
+                     "max_position_embeddings": 8192, "rope_theta": 100000.0, "tie_word_embeddings": True},
 }
 QKV_BIAS_FAMILIES = ("qwen2",)  # families whose q, k, v projections carry a bias
 DTYPES = ("bfloat16", "float16", "float32")

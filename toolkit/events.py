@@ -127,12 +127,15 @@ class BlockStep(Event):
 
 @dataclass(frozen=True, slots=True)
 class LayerDone(Event):
-    """Decoder layer finished: ``output_rel_error`` = ‖f̂(x) − f(x)‖/‖f(x)‖ vs the dense layer."""
+    """Decoder layer finished: ``output_rel_error`` = ‖f̂(x) − f(x)‖/‖f(x)‖ vs the dense layer.
+
+    ``output_rel_error`` is None when the run did not measure it (``--error none``).
+    """
 
     kind: ClassVar[str] = "LayerDone"
     layer: int
     num_layers: int
-    output_rel_error: float
+    output_rel_error: float | None
     seconds: float
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.cli.protocol import add_protocol_args
-from toolkit.engine.options import FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL, STORAGE_DTYPES
+from toolkit.engine.options import ERROR_MODES, FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL, STORAGE_DTYPES
 from toolkit.errors import MachineFailure, RunCancelled, ToolkitError
 
 
@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "in memory); same numbers as off, one forward per layer instead of 3–4")
     p.add_argument("--error-windows", type=int, default=4,
                    help="calibration windows behind each layer's output error (and Wanda's reported rel_error)")
+    p.add_argument("--error", default="sample", choices=ERROR_MODES,
+                   help="the layer output error: measured on --error-windows windows (sample), or not at all (none: "
+                        "no dense pass runs for it; the weights are the same)")
     p.add_argument("--out", default=None, help="run store folder (default: runs); holds the run record, "
                    "not the model unless --save-model")
     p.add_argument("--save-model", action="store_true",
@@ -248,8 +251,8 @@ def _prune(args: argparse.Namespace) -> int:
         calib=args.calib, nsamples=sizes.nsamples, seqlen=sizes.seqlen, seed=args.seed, eval_data=eval_data,
         eval_seqlen=sizes.eval_seqlen, eval_windows=sizes.eval_windows, eval_dense=args.eval_dense,
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
-        fused=args.fused, error_windows=args.error_windows, devices=args.devices, forward_dtype=args.forward_dtype,
-        dtype=args.dtype, stream=args.stream,
+        fused=args.fused, error_windows=args.error_windows, error=args.error, devices=args.devices,
+        forward_dtype=args.forward_dtype, dtype=args.dtype, stream=args.stream,
         distributed=args.distributed, dist_timeout=args.dist_timeout,
         out_dir=args.out or "runs", save_model=args.save_model, encoding=args.encoding,
         threads=pick_threads(args.threads),

@@ -247,6 +247,24 @@ def precision_summary(result: dict[str, Any]) -> None:
         layers = len([r for r in result.get("phase_layers", []) if r.get("layer", -1) >= 0]) or 1
         cells = "  ".join(f"{name} {seconds:.2f}" for name, seconds in phases.items())
         print(f"seconds per phase ({layers} layers): {cells}")
+    line = layer_error_line(result)
+    if line:
+        print(line)
+
+
+def layer_error_line(result: dict[str, Any]) -> str:
+    """The layer output error in one line: its mean and sample, or that it was not measured ("" in older records)."""
+    record = result.get("layer_error") or {}
+    if not record:
+        return ""
+    if not record.get("measured"):
+        return "layer output error: not measured (--error none)"
+    values = [v for v in record.get("per_layer") or [] if v is not None]
+    if not values:
+        return ""
+    windows = f", on {record['windows']} calibration windows" if record.get("windows") else ""
+    return (f"layer output error ‖Y* − Y‖/‖Y‖: mean {sum(values) / len(values):.4f}, "
+            f"max {max(values):.4f} over {len(values)} layers{windows}")
 
 
 def checkpoint_summary(checkpoint: dict[str, Any] | None) -> None:

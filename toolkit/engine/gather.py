@@ -24,7 +24,7 @@ from toolkit.models.layers import get_weight, layer_linears
 
 def fused_pass(
     run: RunState, layer: nn.Module, linears: dict[str, nn.Module], inputs: LayerInputs, groups: list[list[str]],
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor | None]:
     """``sequential=group`` in one forward pass of the whole calibration batch.
 
     A pre-hook on each group's first linear sees X* (every window at once, the earlier groups
@@ -32,9 +32,10 @@ def fused_pass(
     and lets the forward go on with them: the pass's output is the pruned layer's output Y*.
     The dense layer runs first only where it is needed: on every window for the cross statistics
     (its group inputs are kept) or for ``propagate=dense``; otherwise on the first
-    ``error_windows`` windows, for the layer output error.
+    ``error_windows`` windows, for the layer output error, and not at all when that error is not
+    measured (``error="none"``).
 
-    Returns (Y* for all windows, the dense Y for all windows or the first few).
+    Returns (Y* for all windows, the dense Y for all windows, the first few, or None).
     """
     index = run.layer
     heads = {group[0]: group for group in groups}
@@ -43,8 +44,10 @@ def fused_pass(
     reference_inputs = inputs if full_dense else inputs.head(run.cfg.error_windows)
     watched = {name: linears[name] for name in heads} if run.needs_cross else {}
     phase = "statistics" if full_dense else "error"
-    with run.timer.section(phase), capture_inputs(watched, dense_inputs.__setitem__):
-        dense = run_layer(layer, reference_inputs, 0)
+    dense = None
+    if full_dense or run.measures_error:
+        with run.timer.section(phase), capture_inputs(watched, dense_inputs.__setitem__):
+            dense = run_layer(layer, reference_inputs, 0)
     pending = set(heads)
 
     def hook(name: str) -> Callable:
@@ -74,6 +77,17 @@ def fused_pass(
     return pruned, dense
 
 
+def sample_batches(run: RunState, inputs: LayerInputs) -> int:
+    """How many batches hold the first ``error_windows`` windows (the output error's sample)."""
+    need, batches = run.cfg.error_windows, 0
+    for hidden in inputs.hidden:
+        if need <= 0:
+            break
+        need -= hidden.shape[0]
+        batches += 1
+    return batches
+
+
 def gather_stats(  # noqa: PLR0913 - the passes' variants, keyword arguments with defaults
     run: RunState,
     layer: nn.Module,
@@ -87,16 +101,17 @@ def gather_stats(  # noqa: PLR0913 - the passes' variants, keyword arguments wit
 
     With ``dense_out`` the pass of the first ``keep_batches`` batches (all when None) runs to the
     end and keeps the layer's outputs; the others stop once the groups' inputs were seen. A
-    method that needs no statistics (magnitude) sees only those batches: its Gram matrix serves
-    the reported error alone. ``dense_layer`` (the unpruned copy) supplies the dense-path inputs
-    for the cross statistics.
+    method that needs no statistics (magnitude) sees only those batches, or the sample's when none is
+    kept (``error="none"``): its Gram matrix serves the reported per-linear error alone.
+    ``dense_layer`` (the unpruned copy) supplies the dense-path inputs for the cross statistics.
     """
     linears = layer_linears(layer)
     heads = {group[0]: linears[group[0]] for group in groups}
     acc = {name: GroupStats(get_weight(m).shape[1], run.device, run.needs_cross, run.gram_limit)
            for name, m in heads.items()}
     kept = len(inputs.hidden) if keep_batches is None else keep_batches
-    batches = kept if not run.spec.needs and dense_out is not None else len(inputs.hidden)
+    batches = max(kept, sample_batches(run, inputs)) if not run.spec.needs and dense_out is not None \
+        else len(inputs.hidden)
     dense_modules = dict(dense_layer.named_modules()) if dense_layer is not None else {}
     dense_heads = {name: dense_modules[name] for name in heads} if dense_layer is not None else {}
     for b in range(batches):

@@ -11,8 +11,8 @@
 3. the method solves each linear; the engine writes the result back through a
    :class:`~toolkit.engine.writeback.WriteBack` journal and measures it (:mod:`toolkit.engine.solve`);
 4. the pruned layer runs on its inputs; ``LayerDone`` carries ‖Y* − Y‖/‖Y‖ against the dense
-   layer on the same inputs; layer i+1 sees the pruned (``propagate="pruned"``) or the dense
-   (``"dense"``) outputs.
+   layer on the same inputs (None with ``error="none"``: no dense output is kept or run for it);
+   layer i+1 sees the pruned (``propagate="pruned"``) or the dense (``"dense"``) outputs.
 
 Every step emits a typed event; every linear is a cancellation point.
 """
@@ -25,10 +25,11 @@ import math
 import time
 from collections.abc import Iterator
 
+import torch
 from torch import Tensor, nn
 
 from toolkit.engine.capture import LayerInputs, run_layer
-from toolkit.engine.gather import fused_pass, gather_stats
+from toolkit.engine.gather import fused_pass, gather_stats, sample_batches
 from toolkit.engine.solve import prune_group
 from toolkit.engine.state import RunState
 from toolkit.engine.stats import discover_groups
@@ -114,10 +115,9 @@ def _prune_layer(
     run.emit(LayerStarted(layer=index, num_layers=num_layers, groups=[list(g) for g in groups]))
     if run.fused:
         pruned, dense = fused_pass(run, layer, linears, inputs, groups)
-        with run.timer.section("error"):
-            error = _output_error([pruned], [dense])
-        _layer_done(run, num_layers, error, t0)
-        return groups, inputs.next_layer([pruned if run.propagate == "pruned" else dense])
+        _layer_done(run, num_layers, _measured_error(run, [pruned], [] if dense is None else [dense]), t0)
+        nxt = pruned if run.propagate == "pruned" or dense is None else dense  # dense: always run for propagate=dense
+        return groups, inputs.next_layer([nxt])
     dense_copy = copy.deepcopy(layer) if run.needs_cross and run.sequential == "group" else None
     dense_out: list[Tensor] = []
     kept = _dense_batches(run, inputs)
@@ -132,9 +132,7 @@ def _prune_layer(
             prune_group(run, linears, group, stats)
     with run.timer.section("propagation"):
         pruned_out = [run_layer(layer, inputs, b) for b in range(len(inputs.hidden))]
-    with run.timer.section("error"):
-        error = _output_error(pruned_out, dense_out)
-    _layer_done(run, num_layers, error, t0)
+    _layer_done(run, num_layers, _measured_error(run, pruned_out, dense_out), t0)
     nxt = pruned_out if run.propagate == "pruned" else dense_out
     return groups, inputs.next_layer(nxt)
 
@@ -142,20 +140,19 @@ def _prune_layer(
 def _dense_batches(run: RunState, inputs: LayerInputs) -> int:
     """How many batches of the dense statistics pass run to the layer's output and keep it.
 
-    All of them when the dense outputs are the next layer's inputs (``propagate=dense``) or the
-    method measures against the dense path; otherwise only the batches holding the first
-    ``error_windows`` windows (the output error is a sample): the others stop at the last
-    group's input, and no dense outputs beyond the sample are held.
+    All of them when the dense outputs are the next layer's inputs (``propagate=dense``); none
+    when the output error is not measured (``error="none"``): every batch stops at the last group's
+    input. Otherwise all when the method measures against the dense path, else only the batches
+    holding the first ``error_windows`` windows (the output error is a sample): the others stop at
+    the last group's input, and no dense outputs beyond the sample are held.
     """
-    if run.propagate == "dense" or run.needs_cross or run.gram_limit is None:
+    if run.propagate == "dense":
         return len(inputs.hidden)
-    need, batches = run.cfg.error_windows, 0
-    for hidden in inputs.hidden:
-        if need <= 0:
-            break
-        need -= hidden.shape[0]
-        batches += 1
-    return batches
+    if not run.measures_error:
+        return 0
+    if run.needs_cross or run.gram_limit is None:
+        return len(inputs.hidden)
+    return sample_batches(run, inputs)
 
 
 def _groups(run: RunState, layer: nn.Module, linears: dict[str, nn.Module], inputs: LayerInputs,
@@ -171,6 +168,28 @@ def _groups(run: RunState, layer: nn.Module, linears: dict[str, nn.Module], inpu
     return groups
 
 
+def _measured_error(run: RunState, pruned: list[Tensor], dense: list[Tensor]) -> float | None:
+    """The layer output error over the windows ``dense`` holds (phase ``error``); None when not measured.
+
+    Unmeasured, the pruned outputs of the first ``error_windows`` windows (those the error would cover)
+    are still checked to be finite.
+    """
+    if not run.measures_error:
+        left = run.cfg.error_windows
+        for out in pruned:
+            if left <= 0:
+                break
+            if not bool(torch.isfinite(out[:left]).all()):
+                raise NumericalError(f"layer {run.layer}: the pruned layer's outputs are not finite")
+            left -= out.shape[0]
+        return None
+    with run.timer.section("error"):
+        error = _output_error(pruned, dense)
+    windows = sum(d.shape[0] for d in dense)
+    run.result.error_windows = max(windows, run.result.error_windows or 0)
+    return error
+
+
 def _output_error(pruned: list[Tensor], dense: list[Tensor]) -> float:
     """‖Y* − Y‖_F / ‖Y‖_F over the windows both lists hold (``pruned`` may hold more batches and windows)."""
     num = sum(float((p[: d.shape[0]] - d).float().pow(2).sum()) for p, d in zip(pruned, dense, strict=False))
@@ -178,8 +197,9 @@ def _output_error(pruned: list[Tensor], dense: list[Tensor]) -> float:
     return math.sqrt(num / den) if den > 0 else 0.0
 
 
-def _layer_done(run: RunState, num_layers: int, error: float, t0: float) -> None:
-    if not math.isfinite(error):
+def _layer_done(run: RunState, num_layers: int, error: float | None, t0: float) -> None:
+    if error is not None and not math.isfinite(error):
         raise NumericalError(f"layer {run.layer}: the pruned layer's outputs are not finite")
+    run.result.layer_errors[run.layer] = error
     run.emit(LayerDone(layer=run.layer, num_layers=num_layers, output_rel_error=error,
                        seconds=time.perf_counter() - t0))

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from toolkit.engine.options import DEVICES_AUTO, FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL
+from toolkit.engine.options import DEVICES_AUTO, ERROR_MODES, FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL
 from toolkit.engine.phases import PhaseTimer
 from toolkit.engine.writeback import WriteBack
 from toolkit.errors import RunCancelled, ToolkitError
@@ -64,6 +64,7 @@ class EngineConfig:
     fused_budget_mb: int = 4096  # "auto" fuses when the layer's activations for all windows fit in this
     error_windows: int = 4  # windows behind the layer output error (all when a dense pass runs anyway)
     # and behind the Gram of methods that need only column norms (Wanda): their rel_error is a sample
+    error: str = "sample"  # "sample" | "none": the layer output error measured, or not (no pass runs for it)
     devices: str = DEVICES_AUTO  # layers pruned concurrently on these (needs propagate=dense); see parallel.py
     forward_dtype: str = "auto"  # "auto" | "fp32" | "bf16": the layers' passes (auto: bf16 on GPUs; stats float32)
     distributed: bool = False  # layers solved on the ranks of torch.distributed (see dist_engine.py)
@@ -85,6 +86,8 @@ class EngineConfig:
             raise ToolkitError(f"forward_dtype must be one of {FORWARD_DTYPES}, got {self.forward_dtype!r}")
         if self.error_windows < 1 or self.fused_budget_mb < 0 or (self.journal_budget_mb or 0) < 0:
             raise ToolkitError("error_windows must be ≥ 1, fused_budget_mb and journal_budget_mb ≥ 0")
+        if self.error not in ERROR_MODES:
+            raise ToolkitError(f"error must be one of {ERROR_MODES}, got {self.error!r}")
 
 
 @dataclass
@@ -104,6 +107,8 @@ class EngineResult:
     phases: list[dict[str, float]] = field(default_factory=list)  # seconds per phase, one record per layer
     precision: dict[str, str] = field(default_factory=dict)  # dtype of storage, forward passes, statistics, solves
     allocation: dict[str, Any] = field(default_factory=dict)  # the plan: kind, per-layer ratios (and OWL's LODs)
+    layer_errors: dict[int, float | None] = field(default_factory=dict)  # LayerDone's error per layer (None: none)
+    error_windows: int | None = None  # the most calibration windows a layer's output error covered (None: none)
 
     @property
     def achieved_sparsity(self) -> float:
@@ -119,6 +124,8 @@ class EngineResult:
         self.sizes.update(other.sizes)
         self.quant.update(other.quant)
         self.phases.extend(other.phases)
+        self.layer_errors.update(other.layer_errors)
+        self.error_windows = max((w for w in (self.error_windows, other.error_windows) if w is not None), default=None)
         self.phases.sort(key=lambda record: record["layer"])
         peaks = [p for p in (self.remote_gpu_peak_mb, other.remote_gpu_peak_mb) if p is not None]
         self.remote_gpu_peak_mb = max(peaks) if peaks else None
@@ -172,6 +179,11 @@ class RunState:
     def propagate(self) -> str:
         """Layer i+1's inputs (``pruned`` | ``dense``): the run's setting, else the method's default."""
         return self.cfg.propagate or self.spec.propagate
+
+    @property
+    def measures_error(self) -> bool:
+        """Whether the layer output error is measured (``EngineConfig.error`` is not ``none``)."""
+        return self.cfg.error != "none"
 
     @property
     def needs_cross(self) -> bool:

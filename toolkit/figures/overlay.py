@@ -21,7 +21,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from toolkit.figures.run import PALETTE, Spec, _float, base_layout, figure, note_figure
+from toolkit.figures.run import PALETTE, Spec, _float, base_layout, figure, note, note_figure
 
 HEIGHT = 380
 
@@ -47,12 +47,14 @@ def layer_overlay_figure(runs: Sequence[Mapping[str, Any]], metric: str = "layer
                          revision: Any = None) -> go.Figure:
     """One line per run over the decoder layers: ``layer_error`` (log axis) or ``layer_sparsity``.
 
-    A run has its series' colour (as in :func:`quality_figure`); runs of one series differ by dash.
+    A run has its series' colour (as in :func:`quality_figure`); runs of one series differ by dash. Runs that
+    did not measure the error (``layer_error_measured`` False: ``--error none``) are named in a note, not drawn.
     """
     error = metric == "layer_error"
     title = "layer output error per layer" if error else "weights zeroed per layer"
     data, fmt = [], ".3g" if error else ".1%"
     series = list(dict.fromkeys(_series(run) for run in runs))
+    unmeasured = [str(run["name"]) for run in runs if error and run.get("layer_error_measured") is False]
     for index, run in enumerate(runs):
         values = [_float(v) for v in run.get(metric) or []]
         if not any(math.isfinite(v) and (v > 0 or not error) for v in values):
@@ -64,12 +66,15 @@ def layer_overlay_figure(runs: Sequence[Mapping[str, Any]], metric: str = "layer
                      "x": list(range(len(ys))), "y": ys, "line": {"color": colour, "dash": dash},
                      "marker": {"size": 5, "color": colour}, "connectgaps": False,
                      "hovertemplate": f"{run['name']}<br>layer %{{x}}: %{{y:{fmt}}}<extra></extra>"})
+    skipped = f"layer output error not drawn for {', '.join(unmeasured)}: not measured, the run used --error none" \
+        if unmeasured else ""
     if not data:
-        return note_figure(title, "no per-layer record in these runs", HEIGHT, revision)
+        return note_figure(title, skipped or "no per-layer record in these runs", HEIGHT, revision)
     yaxis = ({"title": {"text": "‖Y* − Y‖ / ‖Y‖ (log)"}, "type": "log"} if error else
              {"title": {"text": "fraction zeroed"}, "tickformat": ".0%", "rangemode": "tozero"})
     layout = base_layout(title, HEIGHT, revision, xaxis={"title": {"text": "decoder layer"}}, yaxis=yaxis,
-                         legend={"orientation": "h", "y": -0.2})
+                         legend={"orientation": "h", "y": -0.2},
+                         annotations=[note(skipped, y=1.06)] if skipped else [])
     return figure(data, layout)
 
 

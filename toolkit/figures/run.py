@@ -123,6 +123,7 @@ def gaps(values: Sequence[Any]) -> list[float | None]:
     return [v if math.isfinite(v) else None for v in (_float(x) for x in values)]
 
 
+ERROR_NOT_MEASURED = "layer output error not drawn: not measured, the run used --error none"
 MAX_POINTS = 600  # a live trace is thinned to at most this many points: a redraw must stay cheap
 
 
@@ -210,10 +211,15 @@ def _cell_text(event: SublayerPruned) -> str:
 
 def layer_error_figure(done: Sequence[LayerDone], *, num_layers: int = 0, revision: Any = None,
                        height: int = HEIGHT) -> go.Figure:
-    """Line of each decoder layer's output error ‖f̂(x) − f(x)‖/‖f(x)‖ against the dense layer."""
+    """Line of each decoder layer's output error ‖f̂(x) − f(x)‖/‖f(x)‖ against the dense layer.
+
+    A run that did not measure it (``--error none``: every LayerDone's error is None) gets a note saying so.
+    """
     title = "layer output error vs dense"
     if not done and not num_layers:
         return note_figure(title, "waiting for the first finished layer", height, revision)
+    if done and all(e.output_rel_error is None for e in done):
+        return note_figure(title, ERROR_NOT_MEASURED, height, revision)
     trace = {"type": "scatter", "mode": "lines+markers", "name": "output error", "x": [e.layer for e in done],
              "y": gaps([e.output_rel_error for e in done]), "customdata": gaps([e.seconds for e in done]),
              "hovertemplate": "layer %{x}<br>output rel. error %{y:.4f}<br>%{customdata:.2f} s<extra></extra>"}

@@ -17,7 +17,7 @@ from typing import Any
 
 from toolkit.data.text import SOURCES as TEXT_SOURCES
 from toolkit.data.text import check_text_source
-from toolkit.engine.options import DEVICES_AUTO, FORWARD_DTYPES, FUSED, STORAGE_DTYPES
+from toolkit.engine.options import DEVICES_AUTO, ERROR_MODES, FORWARD_DTYPES, FUSED, STORAGE_DTYPES
 from toolkit.errors import ToolkitError
 from toolkit.evaluation.tasks import AUTO, SOURCES, check_limit, parse_task_names
 from toolkit.methods import get_method
@@ -64,6 +64,7 @@ class RunConfig:
     batch_size: int = 8
     fused: str = "auto"  # sequential=group as one pass per layer: auto | on | off (same numbers, faster)
     error_windows: int = 4  # calibration windows behind the layer output error (see EngineConfig)
+    error: str = "sample"  # the layer output error: sample (on error_windows windows) | none (not measured)
     devices: str = "auto"  # layers pruned concurrently on these devices, e.g. "cuda:0,cuda:1" (propagate=dense)
     forward_dtype: str = "auto"  # layer passes: auto (bf16 on GPUs, fp32 on CPUs) | fp32 | bf16; statistics float32
     distributed: bool = False  # layers solved on the ranks of a torchrun job (propagate=dense)
@@ -104,6 +105,8 @@ class RunConfig:
             raise ToolkitError(f"--generate-tokens must be ≥ 1, got {self.generate_tokens}")
         if self.fused not in FUSED or self.error_windows < 1:
             raise ToolkitError(f"fused must be one of {', '.join(FUSED)} and error-windows ≥ 1")
+        if self.error not in ERROR_MODES:
+            raise ToolkitError(f"unknown --error {self.error!r}: use one of {', '.join(ERROR_MODES)}")
         several = len(device_names(self.devices)) > 1
         if several and (self.propagate or spec.propagate) != "dense":
             raise ToolkitError("parallel layer pruning (--devices with several devices) needs --propagate dense")
@@ -264,8 +267,8 @@ class RunConfig:
         if "quant_asked" in data:  # the group is fitted to the model, which the key names: match what was asked
             data.pop("quant")
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
-                         "devices", "compression", "schema", "generate", "generate_tokens", "threads", "distributed",
-                         "dist_timeout", "stream", "cwd"):
+                         "error", "devices", "compression", "schema", "generate", "generate_tokens", "threads",
+                         "distributed", "dist_timeout", "stream", "cwd"):
             data.pop(volatile)
         if not self.tasks:
             for name in ("tasks", "task_limit", "task_data"):

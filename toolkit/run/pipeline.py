@@ -193,9 +193,9 @@ def prepare(config: RunConfig) -> Prepared:
 
 def engine_config(config: RunConfig) -> EngineConfig:
     """The engine options of a :class:`toolkit.api.RunConfig`."""
-    return EngineConfig(propagate=config.propagate, sequential=config.sequential, batch_size=config.batch_size,
-                        device=config.device, fused=config.fused, error_windows=config.error_windows,
-                        devices=config.devices, forward_dtype=config.forward_dtype, distributed=config.distributed,
+    same = ("propagate", "sequential", "batch_size", "device", "fused", "error_windows", "error", "devices",
+            "forward_dtype", "distributed")  # RunConfig's fields of the same names
+    return EngineConfig(**{name: getattr(config, name) for name in same},
                         allocation=parse_allocation(config.allocation), refine=parse_refine(config.refine))
 
 

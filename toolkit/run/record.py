@@ -57,9 +57,24 @@ def result_record(config: RunConfig, run: Any, result: EngineResult, accounting:
         "layers": [{key: record.get(key) for key in LAYER_FIELDS} for record in result.layers],
         "allocation": result.allocation or {"kind": "uniform", "label": "uniform"},
         "refine": refine_summary(run.engine_cfg.refine, result.layers),
+        "layer_error": layer_error_record(run.engine_cfg.error, result),
         "versions": versions(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+
+
+def layer_error_record(mode: str, result: EngineResult) -> dict[str, Any]:
+    """The layer output error's protocol and values (result.json ``layer_error``).
+
+    ``mode`` (``sample`` | ``none``), ``measured``, ``windows`` (the most calibration windows one layer's
+    error covered) and ``per_layer`` (LayerDone's, in layer order). Not measured (``--error none``):
+    ``windows`` and ``per_layer`` are null, never 0 or NaN. Block-scope runs report their errors in the
+    events only (``windows`` and ``per_layer`` null there).
+    """
+    measured = mode != "none"
+    values = [result.layer_errors[i] for i in sorted(result.layer_errors)] if measured else []
+    return {"mode": mode, "measured": measured, "windows": result.error_windows if measured else None,
+            "per_layer": values or None}
 
 
 def refine_summary(refine: Any, layers: list[dict[str, Any]]) -> dict[str, Any] | None:

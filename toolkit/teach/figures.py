@@ -25,6 +25,7 @@ from toolkit.figures.run import (
     gaps,
     heatmap_height,
     log_scale,
+    note,
     note_figure,
     panel_title,
     short_names,
@@ -80,11 +81,20 @@ def layer_errors_figure(methods: Sequence[MethodMaterial]) -> go.Figure:
     data = [{"type": "scatter", "mode": "lines+markers", "name": m.label, "x": [e.layer for e in m.layers],
              "y": gaps([e.output_rel_error for e in m.layers]), "line": {"color": PALETTE[i % len(PALETTE)]},
              "hovertemplate": f"{m.label}<br>layer %{{x}}<br>output rel. error %{{y:.4g}}<extra></extra>"}
-            for i, m in enumerate(methods) if m.layers]
+            for i, m in enumerate(methods) if m.layers and not _unmeasured(m)]
+    unmeasured = [m.label for m in methods if _unmeasured(m)]  # a stored run reused from --error none
     rows = max((m.num_layers for m in methods), default=0)  # a fixed axis: the lines grow as the layers finish
     xaxis = {"title": {"text": "decoder layer"}, **({"range": [-0.5, rows - 0.5]} if rows else {})}
     layout = base_layout(title, 420, xaxis=xaxis, yaxis={"title": {"text": "relative error"}, "type": "log"})
+    if unmeasured:
+        layout["annotations"] = [note(f"not drawn for {', '.join(unmeasured)}: layer output error not measured, "
+                                      "the run used --error none", y=1.06)]
     return figure(data, layout)
+
+
+def _unmeasured(material: MethodMaterial) -> bool:
+    """True when every finished layer of ``material`` has no output error (its run used ``--error none``)."""
+    return bool(material.layers) and all(e.output_rel_error is None for e in material.layers)
 
 
 def perplexity_bars(methods: Sequence[MethodMaterial]) -> go.Figure:

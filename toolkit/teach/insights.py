@@ -48,7 +48,7 @@ class Jump:
         return "drop" if self.after < self.before else "rise"
 
 
-def layer_error_jumps(errors: Sequence[float], factor: float = JUMP_FACTOR) -> list[Jump]:
+def layer_error_jumps(errors: Sequence[float | None], factor: float = JUMP_FACTOR) -> list[Jump]:
     """Consecutive decoder layers whose output errors differ by at least ``factor`` (in either direction).
 
     ``errors[ℓ]`` is e_ℓ of decoder layer ℓ (0-based); a pair with a non-finite or non-positive value
@@ -58,7 +58,7 @@ def layer_error_jumps(errors: Sequence[float], factor: float = JUMP_FACTOR) -> l
         raise ValueError(f"factor must be > 1, got {factor}")
     jumps = []
     for layer, (before, after) in enumerate(itertools.pairwise(errors)):
-        if not (_usable(before) and _usable(after)):
+        if before is None or after is None or not (_usable(before) and _usable(after)):  # None: not measured
             continue
         if max(before, after) / min(before, after) >= factor:
             jumps.append(Jump(layer, float(before), float(after)))
@@ -81,7 +81,7 @@ def _clusters(jumps: Mapping[str, Sequence[Jump]], near: int) -> list[tuple[str,
     return out
 
 
-def describe_layer_jumps(errors_by_run: Mapping[str, Sequence[float]], factor: float = JUMP_FACTOR,
+def describe_layer_jumps(errors_by_run: Mapping[str, Sequence[float | None]], factor: float = JUMP_FACTOR,
                          near: int = NEAR) -> str:
     """One or two sentences on the large jumps of the layer output error, for one run or several.
 

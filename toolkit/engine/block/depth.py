@@ -201,8 +201,12 @@ def _linear_params(layer: nn.Module) -> dict[str, int]:
     return {name: get_weight(m).numel() for name, m in layer_linears(layer).items()}
 
 
-def _report(emit: Callable[[Event], None], layers: list[nn.Module], removed: list[int], errors: Tensor) -> None:
-    """``SublayerPruned`` per linear and ``LayerDone`` per layer (the module docstring's events)."""
+def _report(emit: Callable[[Event], None], layers: list[nn.Module], removed: list[int], errors: Tensor,
+            measured: bool) -> None:
+    """``SublayerPruned`` per linear and ``LayerDone`` per layer (the module docstring's events).
+
+    Unless ``measured`` (``--error none``) LayerDone's error is None; the scores' identity errors stay in DepthScored.
+    """
     for index, layer in enumerate(layers):
         gone = index in removed
         for name, module in layer_linears(layer).items():
@@ -211,8 +215,8 @@ def _report(emit: Callable[[Event], None], layers: list[nn.Module], removed: lis
                                 rel_error=float(gone), rel_error_dense=float("nan"), damping=float("nan"),
                                 seconds=0.0, info={"unit": "layers", "removed": gone},
                                 params_before=int(rows * cols), params_after=0 if gone else int(rows * cols)))
-        emit(LayerDone(layer=index, num_layers=len(layers), output_rel_error=float(errors[index]) if gone else 0.0,
-                       seconds=0.0))
+        error = (float(errors[index]) if gone else 0.0) if measured else None
+        emit(LayerDone(layer=index, num_layers=len(layers), output_rel_error=error, seconds=0.0))
 
 
 def prune_depth(  # noqa: PLR0913 - keyword-only sinks, as prune_blocks
@@ -254,7 +258,7 @@ def prune_depth(  # noqa: PLR0913 - keyword-only sinks, as prune_blocks
         writeback.absorb(journal)
         raise
     writeback.absorb(journal)
-    _report(emit, layers, removed, errors)
+    _report(emit, layers, removed, errors, cfg.error != "none")
     result.params_after = result.params_before - sum(sum(sizes[i].values()) for i in removed)
     result.model_params_after = sum(p.numel() for p in model.parameters())
     result.total, result.zeros = result.params_before, result.params_before - result.params_after

@@ -16,7 +16,8 @@ layers, goes to :func:`toolkit.engine.block.depth.prune_depth`). Numerical Pruni
    rows and down columns of removed channels go (:mod:`toolkit.engine.block.shrink`). Events: ``LayerStarted``,
    ``SublayerPruned`` per replaced Linear, ``UnitsRemoved`` per kind, ``LayerDone`` with
    ‖Y* − Y‖/‖Y‖ of the layer against its dense self (on ``cfg.error_windows`` windows under
-   ``grams=dense``, on all under ``sequential``).
+   ``grams=dense``, on all under ``sequential``; None with ``cfg.error="none"``, when under
+   ``grams=dense`` the windows kept for it are neither captured nor run).
 
 Every change goes through a WriteBack journal: on success it is handed to the caller's
 ``writeback``; on a failure or a cancel it is undone (``cfg.restore_on_failure``), so the model is
@@ -122,8 +123,8 @@ def prune_blocks(  # noqa: PLR0913 - keyword-only sinks, as prune_layers
     try:
         with torch.no_grad():
             inputs = capture_layer_inputs(model, layers, windows, run.device, cfg.batch_size)
-            check = inputs if method_cfg.grams == "sequential" else capture_layer_inputs(
-                model, layers, windows[: cfg.error_windows], run.device, cfg.batch_size)
+            check = inputs if method_cfg.grams == "sequential" else None if cfg.error == "none" else \
+                capture_layer_inputs(model, layers, windows[: cfg.error_windows], run.device, cfg.batch_size)
             candidates = []
             for i in range(len(views)):
                 candidate, inputs = _score_layer(run, i, views, inputs)
@@ -261,9 +262,12 @@ def _edit(run: _BlockRun, index: int, view: BlockView, stats: BlockStats, alloca
 
 
 def _apply_layer(
-    run: _BlockRun, index: int, views: list[BlockView], allocation: Allocation, inputs: LayerInputs
-) -> tuple[dict, LayerInputs]:
-    """Pass 2 for one layer: compensate, remove, measure; returns its structure record and next inputs."""
+    run: _BlockRun, index: int, views: list[BlockView], allocation: Allocation, inputs: LayerInputs | None
+) -> tuple[dict, LayerInputs | None]:
+    """Pass 2 for one layer: compensate, remove, measure; returns its structure record and next inputs.
+
+    ``inputs`` is None under ``grams=dense`` with ``error="none"``: nothing runs but the edit.
+    """
     run.check_cancel()
     t0 = time.perf_counter()
     view = views[index]
@@ -272,24 +276,22 @@ def _apply_layer(
     shapes = {role: list(view.linear(role).weight.shape) for role in view.roles()}
     home = _on_device(view.layer, run.device)
     try:
-        if run.method_cfg.grams == "sequential":
+        dense: list[Tensor] = []
+        if run.method_cfg.grams == "sequential" and inputs is not None:
             stats, dense = gather_block_stats(view, inputs, run.unit.removes_heads, run.unit.removes_channels,
                                               run.cancelled)
         else:
             stats = BlockStats(*(s.to(run.device) if s is not None else None for s in
                                  (run.stats[index].attn, run.stats[index].mlp)))
-            dense = [run_layer(view.layer, inputs, b) for b in range(len(inputs.hidden))]
+            if inputs is not None:
+                dense = [run_layer(view.layer, inputs, b) for b in range(len(inputs.hidden))]
         edit, errors = _edit(run, index, view, stats, allocation)
     finally:
         view.layer.to(home)
     record = _install(run, view, edit)
-    home = _on_device(view.layer, run.device)
-    try:
-        pruned = [run_layer(view.layer, inputs, b) for b in range(len(inputs.hidden))]
-    finally:
-        view.layer.to(home)
-    error = _output_error(pruned, dense)
-    if not math.isfinite(error):
+    pruned = _pruned_outputs(run, view, inputs)
+    error = None if run.cfg.error == "none" or pruned is None else _output_error(pruned, dense)
+    if error is not None and not math.isfinite(error):
         raise NumericalError(f"layer {index}: the pruned layer's outputs are not finite")
     outcome = LayerOutcome(index, view, shapes, before, errors, edit,
                            (run.unit.removes_heads, run.unit.removes_channels), time.perf_counter() - t0)
@@ -298,7 +300,18 @@ def _apply_layer(
             run.result.layers.append(event.to_dict())
         run.emit(event)
     run.emit(LayerDone(layer=index, num_layers=len(views), output_rel_error=error, seconds=time.perf_counter() - t0))
-    return layer_record(index, view, record), inputs.next_layer(pruned)
+    return layer_record(index, view, record), None if inputs is None or pruned is None else inputs.next_layer(pruned)
+
+
+def _pruned_outputs(run: _BlockRun, view: BlockView, inputs: LayerInputs | None) -> list[Tensor] | None:
+    """The pruned layer's outputs on ``inputs`` (None without inputs)."""
+    if inputs is None:
+        return None
+    home = _on_device(view.layer, run.device)
+    try:
+        return [run_layer(view.layer, inputs, b) for b in range(len(inputs.hidden))]
+    finally:
+        view.layer.to(home)
 
 
 def _check_budget(run: _BlockRun, views: list[BlockView], allocation: Allocation) -> None:

@@ -1,0 +1,136 @@
+"""``error="none"``: no dense pass and no computation for the layer output error, the same pruning.
+
+Every LayerDone's error is None (not 0, not NaN), the weights are bit-identical to the sampled run's, and
+the layer forwards that ran only to give the error's dense outputs do not run.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from tests.helpers import block_models
+from toolkit.data.text import CalibSpec, calibration_windows
+from toolkit.engine.prune import prune_layers
+from toolkit.engine.state import EngineConfig
+from toolkit.errors import ToolkitError
+from toolkit.events import LayerDone, SublayerPruned, event_from_dict
+from toolkit.methods import get_method
+from toolkit.models.layers import decoder_layers
+from toolkit.models.load import load_model
+from toolkit.spec.compression import parse_compression
+from toolkit.spec.targets import Unstructured
+
+
+def _windows(num: int = 6, seq: int = 32) -> torch.Tensor:
+    tokens = torch.randint(0, 256, (4000,), generator=torch.Generator().manual_seed(3))
+    return calibration_windows(tokens, CalibSpec("x", num, seq, 0))
+
+
+def _prune(model: nn.Module, method: str, **engine: Any) -> tuple[list, int]:
+    """Prune ``model`` in place; returns (events, completed forwards of the decoder layers)."""
+    spec = get_method(method)
+    events: list = []
+    completed = [0]
+    handles = [layer.register_forward_hook(lambda *_: completed.__setitem__(0, completed[0] + 1))
+               for layer in decoder_layers(model)]
+    try:
+        prune_layers(model, _windows(), spec, Unstructured(0.5), spec.make_config(), emit=events.append,
+                     cfg=EngineConfig(batch_size=2, device="cpu", error_windows=2, **engine))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return events, completed[0]
+
+
+def _assert_same_weights(a: nn.Module, b: nn.Module) -> None:
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(x, y), name
+
+
+CASES = [
+    ("tiny-llama", "wanda", {"fused": "off"}),
+    ("tiny-llama", "wanda", {"fused": "on"}),
+    ("tiny-qwen2", "magnitude", {"fused": "off"}),
+    ("tiny-llama", "sparsegpt", {"fused": "off"}),
+    ("tiny-llama", "sparsegpt", {"fused": "on"}),
+    ("tiny-gpt2", "sparsegpt", {"sequential": "layer"}),
+    ("tiny-opt", "wanda", {"propagate": "dense", "fused": "off"}),
+]
+
+
+@pytest.mark.parametrize(("family", "method", "engine"), CASES)
+def test_error_none_prunes_bit_identically_and_reports_no_error(family: str, method: str, engine: dict) -> None:
+    sampled = load_model(family).model
+    unmeasured = copy.deepcopy(sampled)
+    events_sample, forwards_sample = _prune(sampled, method, **engine)
+    events_none, forwards_none = _prune(unmeasured, method, error="none", **engine)
+    _assert_same_weights(sampled, unmeasured)
+    done_sample = [e for e in events_sample if isinstance(e, LayerDone)]
+    done_none = [e for e in events_none if isinstance(e, LayerDone)]
+    assert len(done_none) == len(done_sample) == len(decoder_layers(sampled))
+    assert all(isinstance(e.output_rel_error, float) and e.output_rel_error > 0 for e in done_sample)
+    assert all(e.output_rel_error is None for e in done_none)
+    # the per-linear errors come from the statistics the solve uses: they stay, unchanged
+    linear_errors = [[e.rel_error for e in ev if isinstance(e, SublayerPruned)] for ev in (events_sample, events_none)]
+    assert linear_errors[0] == linear_errors[1]
+    assert forwards_none <= forwards_sample
+
+
+@pytest.mark.parametrize(("method", "engine", "saved"), [
+    ("wanda", {"fused": "on"}, 1),  # the dense pass of the first error_windows windows, one per layer
+    ("wanda", {"fused": "off"}, 1),  # the one batch (2 windows) of the sample run to the layer's output
+    ("sparsegpt", {"fused": "off"}, 3),  # a Gram method kept every batch's dense output (6 windows, batches of 2)
+])
+def test_error_none_runs_no_layer_forward_for_the_error(method: str, engine: dict, saved: int) -> None:
+    """The passes that ran to the layer's output only for the error stop at the last group's input instead."""
+    model = load_model("tiny-llama").model
+    _, sampled = _prune(copy.deepcopy(model), method, **engine)
+    _, unmeasured = _prune(model, method, error="none", **engine)
+    assert sampled - unmeasured == saved * len(decoder_layers(model))
+
+
+def test_layer_done_round_trips_none_as_null() -> None:
+    event = LayerDone(layer=0, num_layers=2, output_rel_error=None, seconds=0.5)
+    data = json.loads(json.dumps(event.to_dict()))
+    assert data["output_rel_error"] is None
+    back = event_from_dict(data)
+    assert isinstance(back, LayerDone) and back.output_rel_error is None
+
+
+@pytest.mark.parametrize("grams", ["dense", "sequential"])
+def test_block_scope_error_none_same_structure_no_error(grams: str) -> None:
+    model = block_models.tiny("llama")
+    unmeasured = copy.deepcopy(model)
+    spec = get_method("numerical")
+    results = []
+    for target, error in ((model, "sample"), (unmeasured, "none")):
+        events: list = []
+        cfg = EngineConfig(batch_size=3, device="cpu", error_windows=2, error=error)
+        block_models.prune_blocks(target, block_models.windows(), spec, parse_compression("structured:30%", None, None),
+                                  spec.make_config({"grams": grams}), cfg=cfg, emit=events.append,
+                                  writeback=block_models.WriteBack())
+        results.append([e.output_rel_error for e in events if isinstance(e, LayerDone)])
+    _assert_same_weights(model, unmeasured)
+    assert all(isinstance(v, float) for v in results[0]) and len(results[0]) == 3
+    assert results[1] == [None, None, None]
+
+
+def test_depth_error_none_reports_no_layer_error() -> None:
+    model = load_model("tiny-llama").model
+    spec = get_method("depth")
+    events: list = []
+    prune_layers(model, _windows(), spec, parse_compression("structured:1 layer", None, None), spec.make_config(),
+                 emit=events.append, cfg=EngineConfig(batch_size=2, device="cpu", error="none"))
+    done = [e for e in events if isinstance(e, LayerDone)]
+    assert done and all(e.output_rel_error is None for e in done)
+
+
+def test_an_unknown_error_mode_is_refused() -> None:
+    with pytest.raises(ToolkitError, match="error must be one of"):
+        EngineConfig(error="all")
