@@ -6,10 +6,11 @@
 The run is :mod:`benchmarks.bench_scale`'s (the same random-weight checkpoint built in a child process, the same
 RSS peak and timeline, the same floor), through ``toolkit.api.prune_model`` with ``stream=True``, ``--quant``
 (each layer's linears written pack-quantized as the layer is written) and a streamed perplexity of the written
-checkpoint on the embedded ``wiki`` text. One JSON line (``"benchmark": "scale_stream_quant"``): bench_scale's
-fields, plus the grid, the checkpoint's format and bits per weight, the perplexity and the evaluation's
-seconds, and the host-memory goal: 1.25 × the bf16 weights of the model cut to one decoder layer (embeddings,
-head and one layer) + 1.2 GiB, with ``rss_peak_mib`` against it.
+checkpoint on the embedded ``wiki`` text (``--in-memory``: the same run without ``--stream``, the model held in
+memory and saved at the end, its perplexity evaluated in memory). One JSON line
+(``"benchmark": "scale_stream_quant"``): bench_scale's fields, plus the grid, the checkpoint's format and bits per
+weight, the perplexity and the evaluation's seconds, and the host-memory goal: 1.25 × the bf16 weights of the
+model cut to one decoder layer (embeddings, head and one layer) + 1.2 GiB, with ``rss_peak_mib`` against it.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def measure(name: str, shape: dict[str, Any], opts: ScaleOptions, quant: str, ev
     folder, runs, base, made = bench_scale._workspace(opts, name, shape)
     try:
         kwargs = bench_scale.run_config_kwargs(folder, opts, device, runs)
-        kwargs.update(quant=quant, stream=True, eval_data="wiki", **evaluation)
+        kwargs.update(quant=quant, stream=opts.stream, eval_data="wiki", **evaluation)
         kwargs["sparsity"] = None if opts.sparsity in ("", "none") else opts.sparsity
         built = bench_scale.build(shape, folder, opts)
         start = time.perf_counter()
@@ -56,7 +57,7 @@ def measure(name: str, shape: dict[str, Any], opts: ScaleOptions, quant: str, ev
     return {**record, "benchmark": "scale_stream_quant", "quant": quant, "sparsity": kwargs["sparsity"],
             "checkpoint_format": checkpoint.get("format"), "bits_per_weight": checkpoint.get("bits_per_weight"),
             "stored_as": (result.get("bought") or {}).get("stored_as"), "ppl": result.get("ppl"),
-            "evaluation": {**evaluation, "dataset": "wiki", "streamed": True},
+            "evaluation": {**evaluation, "dataset": "wiki", "streamed": opts.stream},
             "run_seconds": round(total, 3), "eval_seconds": round(total - float(result["prune_seconds"]), 3),
             "goal_mib": round(goal, 1), "goal": "1.25 x bf16 weights of the 1-layer model + 1.2 GiB",
             "within_goal": bool(record["rss_peak_mib"] <= goal)}
@@ -76,12 +77,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-seqlen", type=int, default=256)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
     parser.add_argument("--workdir", default=None, help="where the checkpoint and runs go (default: a temp dir)")
+    parser.add_argument("--in-memory", action="store_true",
+                        help="the same run in memory (no --stream): --save-model --quant, evaluation of the model held")
     parser.add_argument("--json", default=None, help="also append the JSON line to this file")
     args = parser.parse_args(argv)
     from toolkit.errors import ToolkitError
 
     opts = ScaleOptions(method=args.method, sparsity=args.sparsity, nsamples=args.nsamples, seqlen=args.seqlen,
-                        device=args.device, save_model=True, stream=True, workdir=args.workdir)
+                        device=args.device, save_model=True, stream=not args.in_memory, workdir=args.workdir)
     evaluation = {"eval_windows": args.eval_windows, "eval_seqlen": args.eval_seqlen}
     try:
         record = measure(args.shape, shape_config(args.shape, args.layers), opts, args.quant, evaluation)
