@@ -92,7 +92,7 @@ def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: SparseGPTCo
             Wt[i:].addr_(U1[i, i:], err, alpha=-1.0)  # W_{:,q:} −= err ⊗ U_{q,q:}
         W[:, i1:i2] = (Wt * keep1t).t()
         keep[:, i1:i2] = keep1t.t()
-        W[:, i2:] -= Errt.t() @ U[i1:i2, i2:]
+        W[:, i2:].addmm_(Errt.t(), U[i1:i2, i2:], alpha=-1.0)  # lazy update in place, no (out, rest) temporary
     return PruneResult(weight=W, keep_mask=keep, damping=damping)
 
 

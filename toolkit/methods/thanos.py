@@ -47,7 +47,7 @@ Paper vs official code (github.com/vectozavr/thanos @1bc9aed; notes §8) and our
 - padding: the paper pads q with index 1, the code with −1; we pad with a masked position and the
   identity of eq. (78). Rows are sorted by s_i and solved in chunks (the code's ``v_blocksize``).
 - rows with s_i > B/2 solve the smaller system on their kept block columns instead (an exact
-  identity, ours; see :func:`~toolkit.methods.thanos_update.multiweight_update`).
+  identity, ours; see :func:`~toolkit.methods.thanos_update.multiweight_factor`).
 - ties in ψ_X: the code's topk breaks them arbitrarily; we take them in row-major order.
 - n:m: the toolkit's n:m keeps n of m (2:4, 4:8 remove m−n = n, as the paper's).
 - the code's B = 1 special case (a lazy SparseGPT-like update) is not implemented.
@@ -78,7 +78,7 @@ from toolkit.methods.base import (
 from toolkit.methods.masks import keep_nm
 from toolkit.methods.thanos_update import (
     ceil_count,
-    multiweight_update,
+    multiweight_factor,
     outlier_rows,
     residual_block_mask,
     row_scores,
@@ -173,15 +173,15 @@ def _sweep(W: Tensor, U: Tensor, target: Unstructured | NM, plan: _SweepPlan, ct
             metric = W[:, j1:j2].abs() * plan.col_norms[j1:j2].unsqueeze(0)  # (out, B) Wanda score
             prune = ~keep_nm(metric, target) & ~dense.unsqueeze(1)  # (out, B)
         else:
-            metric = W[:, j1:].abs() * plan.col_norms[j1:].unsqueeze(0)  # (out, f) Wanda score
+            metric = W[:, j1:].abs().mul_(plan.col_norms[j1:].unsqueeze(0))  # (out, f) Wanda score
             if plan.has_dense:
                 metric[dense] = torch.inf  # outlier rows are never selected
             prune = residual_block_mask(metric, remaining, j2 - j1)  # (out, B)
-        removed = int(prune.sum())
+        removed = int(torch.count_nonzero(prune))
         error = 0.0
         if removed:
-            delta, loss = multiweight_update(W[:, j1:j2], U[j1:j2, j1:j2], U[j1:j2, j1:], prune)
-            W[:, j1:] += delta
+            factor, loss = multiweight_factor(W[:, j1:j2], U[j1:j2, j1:j2], prune)
+            W[:, j1:].addmm_(factor, U[j1:j2, j1:], alpha=-1.0)  # += δ̂ = −F U_rows, in place
             W[:, j1:j2].masked_fill_(prune, 0.0)  # exact zeros (δ̂ gives −u up to rounding)
             keep[:, j1:j2] = ~prune
             error = float(loss.sum())

@@ -25,7 +25,8 @@ from torch import Tensor
 from toolkit.errors import NumericalError
 
 ROW_CHUNK = 128  # rows per batched solve: bounds memory (paper H.2 "vertical blocks") and padding
-SELECT_SAMPLE = 8192  # sample size of the threshold search in :func:`kth_smallest`
+SELECT_SAMPLE = 32768  # sample size of the threshold search in :func:`kth_smallest`
+SELECT_SEED = 0  # the sample's positions are pseudo-random but fixed (the result never depends on them)
 
 
 def ceil_count(value: float) -> int:
@@ -92,19 +93,26 @@ def restricted_solve(G: Tensor, rhs: Tensor, select: Tensor) -> Tensor:
 
 
 def multiweight_update(w_block: Tensor, U_block: Tensor, U_rows: Tensor, prune: Tensor) -> tuple[Tensor, Tensor]:
-    """Eq. (10) for every row at once: remove the ``prune`` weights of the block jointly.
+    """Eq. (10) for every row at once: ``delta`` = −F U_rows with F, ``loss`` from :func:`multiweight_factor`."""
+    factor, loss = multiweight_factor(w_block, U_block, prune)
+    return -(factor @ U_rows), loss
+
+
+def multiweight_factor(w_block: Tensor, U_block: Tensor, prune: Tensor) -> tuple[Tensor, Tensor]:
+    """Eq. (10) for every row at once, up to the last product: remove the ``prune`` weights jointly.
 
     Args:
         w_block: (rows, B) current weights of the block columns.
-        U_block: (B, B) upper-triangular U[j1:j2, j1:j2] of Uᵀ U = Ĥ⁻¹.
-        U_rows: (B, f) U[j1:j2, j1:]; then (Ĥ_FF)⁻¹[block, :] = U_blockᵀ U_rows (notes §1.10), and
-            R̂ of a row is Hb[q, q] with Hb = (Ĥ_FF)⁻¹[block, block] = U_blockᵀ U_block.
+        U_block: (B, B) upper-triangular U[j1:j2, j1:j2] of Uᵀ U = Ĥ⁻¹. With U_rows = U[j1:j2, j1:]
+            (B, f), (Ĥ_FF)⁻¹[block, :] = U_blockᵀ U_rows (notes §1.10), and R̂ of a row is Hb[q, q]
+            with Hb = (Ĥ_FF)⁻¹[block, block] = U_blockᵀ U_block.
         prune: (rows, B) bool, True = remove (the local block mask M).
 
     Returns:
-        ``delta`` (rows, f), the change of the free weights δ̂ = −λ̂ R (it sets the pruned
-        weights to 0 up to rounding), and ``loss`` (rows,), each row's objective increase
-        u R̂⁻¹ uᵀ = λ̂·u in the units of Ĥ.
+        ``factor`` F = λ̂ U_blockᵀ (rows, B), so that the change of the free weights (rows, f) is
+        δ̂ = −λ̂ R = −F U_rows (it sets the pruned weights to 0 up to rounding; the sweep adds it
+        in place with one ``addmm_``, no (rows, f) temporary), and ``loss`` (rows,), each row's
+        objective increase u R̂⁻¹ uᵀ = λ̂·u in the units of Ĥ.
 
     A row with s > B/2 solves the smaller system on its kept block columns K instead [OURS]:
     with P = Hb⁻¹ = U_block⁻¹ U_block⁻ᵀ, R̂⁻¹ = P_qq − P_qK P_KK⁻¹ P_Kq (a block of an inverse),
@@ -128,30 +136,33 @@ def multiweight_update(w_block: Tensor, U_block: Tensor, U_rows: Tensor, prune: 
         t = (w_block.index_select(0, rows) * drop) @ P  # (n_c, B) = P ũ
         z = restricted_solve(P, t, ~drop)  # (n_c, B), P_KK z = t_K, zero outside K
         lam.index_copy_(0, rows, (t - z @ P) * drop)
-    return -((lam @ U_block.T) @ U_rows), (lam * w_block).sum(1)
+    return lam @ U_block.T, (lam * w_block).sum(1)
 
 
 def kth_smallest(values: Tensor, k: int) -> Tensor:
     """The k-th smallest (1-based) of a flat tensor; exact, = ``torch.kthvalue(values, k).values``.
 
-    Floyd–Rivest style: a strided sample of ~8k values brackets the answer in [lo, hi]; one
-    comparison pass counts what lies below lo and ``kthvalue`` runs on the band only (a few times
-    faster than ``kthvalue`` on the whole residual matrix). Falls back to the full ``kthvalue`` if the
-    bracket misses.
+    Floyd–Rivest style: a sample of :data:`SELECT_SAMPLE` values at fixed pseudo-random positions
+    brackets the answer in [lo, hi]; one comparison pass counts what lies below lo and ``kthvalue``
+    runs on the band only (a few percent of the values). The positions are random rather than
+    strided because a stride that divides the row width samples a few columns only, whose scores
+    need not bracket the whole matrix's. Falls back to the full ``kthvalue`` if the bracket misses.
     """
     total = values.numel()
     if total <= SELECT_SAMPLE * 8:
         return torch.kthvalue(values, k).values
-    sample = torch.sort(values[:: total // SELECT_SAMPLE]).values
+    generator = torch.Generator().manual_seed(SELECT_SEED)
+    positions = torch.randint(total, (SELECT_SAMPLE,), generator=generator).to(values.device)
+    sample = torch.sort(values[positions]).values
     size = sample.numel()
     centre, margin = k / total * size, 4.0 * size**0.5 + 8.0
     low_index, high_index = int(centre - margin), int(centre + margin)
     in_band = torch.ones_like(values, dtype=torch.bool)
     below = 0
     if low_index > 0:
-        low = sample[low_index]
-        below = int((values < low).sum())
-        in_band &= values >= low
+        below_low = values < sample[low_index]
+        below = int(torch.count_nonzero(below_low))  # a count, not a sum: summing bools widens them to int64
+        in_band = below_low.logical_not_()
     if high_index < size - 1:
         in_band &= values <= sample[high_index]
     band = values[in_band]
@@ -166,7 +177,9 @@ def residual_block_mask(metric: Tensor, count: int, width: int) -> Tensor:
     ``metric`` (rows, f) scores of the free weights (|W_ij|·‖X_j‖ on the current weights;
     +inf excludes a weight); the ``count`` smallest over the whole matrix form the global
     residual mask, and its first ``width`` columns the local block mask (rows, width) bool.
-    Ties at the threshold are taken in row-major order (the paper leaves ties open).
+    Ties at the threshold are taken in row-major order (the paper leaves ties open). When exactly
+    ``count`` scores are ≤ the threshold (no surplus ties, the usual case) the mask is ``metric ≤
+    threshold`` on the block's columns alone; only a surplus of ties needs the whole matrix's ranks.
     """
     total = metric.numel()
     if count <= 0:
@@ -174,6 +187,8 @@ def residual_block_mask(metric: Tensor, count: int, width: int) -> Tensor:
     if count >= total:
         return torch.ones_like(metric[:, :width], dtype=torch.bool)
     threshold = kth_smallest(metric.flatten(), count)
+    if int(torch.count_nonzero(metric <= threshold)) == count:
+        return metric[:, :width] <= threshold
     chosen = metric < threshold
     ties = metric == threshold
     need = count - int(chosen.sum())
