@@ -21,7 +21,8 @@ MIB = 2**20
 def _variant(record: Record) -> str:
     if record["benchmark"] == "scale_before":
         return f"before (`{record['commit']}`, float32 load)"
-    return "streamed (`--stream`)" if record.get("stream") else "in memory"
+    variant = "streamed (`--stream`)" if record.get("stream") else "in memory"
+    return variant + (", `--error none`" if record.get("error") == "none" else "")
 
 
 def _run(record: Record) -> str:
