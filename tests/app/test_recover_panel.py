@@ -8,19 +8,8 @@ from pathlib import Path
 import pytest
 
 from app.recover_panel import cancel_message, recover_stream
-from tests.helpers.recovery import parent_run
+from tests.helpers.recovery import parent_fixture, store_fixture  # noqa: F401 - the shared fixtures (a saved tiny run, a store)
 from toolkit.store.runs import list_runs
-
-
-@pytest.fixture(scope="module")
-def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return parent_run(tmp_path_factory.mktemp("panel-parent"))
-
-
-@pytest.fixture
-def store(parent: Path, tmp_path: Path) -> Path:
-    shutil.copytree(parent, tmp_path / parent.name)
-    return tmp_path
 
 
 def test_recover_streams_the_loss_and_ends_with_before_and_after(store: Path, parent: Path) -> None:
