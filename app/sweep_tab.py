@@ -3,9 +3,11 @@
 Two curves: perplexity vs sparsity (one line per method and allocation: uniform, OWL), and
 perplexity vs bits per weight (scales counted) for the quantized points (sweep int2/int3/int4 at a
 fixed method for the bits curve). With two or more calibration seeds every point runs once per seed
-and is drawn at its mean with ± std error bars. Before Run, the form shows how long the sweep
-should take (:func:`toolkit.sweep.estimate`), redrawn whenever the form changes. Under the results, the
-run store's frontier (perplexity against decode speed, :mod:`app.frontier_view`).
+and is drawn at its mean with ± std error bars. "Permute inputs (n:m)" runs every n:m point with its
+inputs permuted (on), or with and without (both): a permuted point is labelled ``2:4+perm``. Before
+Run, the form shows how long the sweep should take (:func:`toolkit.sweep.estimate`), redrawn whenever
+the form changes. Under the results, the run store's frontier (perplexity against decode speed,
+:mod:`app.frontier_view`).
 
 :func:`sweep_stream` is the handler's logic as a plain generator (tests drive it): plan the
 configs (:func:`toolkit.sweep.plan`), wait for the device, then follow :func:`toolkit.sweep.run_sweep`
@@ -31,14 +33,25 @@ from toolkit.figures import quant as viz_quant
 from toolkit.figures import sweep as viz_sweep
 from toolkit.live.phase import progress_line
 from toolkit.live.view import RunView
-from toolkit.spec.targets import Unstructured
+from toolkit.spec.targets import NM, Unstructured, parse_sparsity
 from toolkit.store.runs import list_runs
-from toolkit.sweep import COLUMNS, SweepPoint, dense_reference, estimate, parse_seeds, plan, run_sweep, write_csv
+from toolkit.sweep import (
+    COLUMNS,
+    PERMUTED,
+    SweepPoint,
+    dense_reference,
+    estimate,
+    parse_seeds,
+    plan,
+    run_sweep,
+    write_csv,
+)
 
 DEFAULT_SPARSITIES = ("10%", "30%", "50%", "70%", "2:4")
 DEFAULT_METHODS = ("magnitude", "wanda", "sparsegpt")
 DEFAULT_BITS = ("none",)
 ALLOCATIONS = {"uniform": "uniform", "OWL": "owl"}  # checkbox label → --allocation (OWL at its defaults M=5, λ=0.08)
+PERMUTE_CHOICES = {"off": (False,), "on": (True,), "both": (False, True)}  # choice → --permute of each n:m point
 
 
 @dataclass
@@ -53,6 +66,7 @@ class SweepSettings:
     allocations: list[str] = field(default_factory=lambda: ["uniform"])  # labels of ALLOCATIONS
     protocol: forms.Protocol = field(default_factory=forms.Protocol)
     seeds: str = ""  # calibration seeds "0, 1, 2" (two or more) for mean ± std; "" = the protocol's seed only
+    permute: str = "off"  # a key of PERMUTE_CHOICES: the n:m points unpermuted, permuted, or both
 
 
 def sweep_configs(settings: SweepSettings, runs_dir: str) -> tuple[list[RunConfig], list[str]]:
@@ -74,8 +88,26 @@ def sweep_configs(settings: SweepSettings, runs_dir: str) -> tuple[list[RunConfi
     base = RunConfig(model=forms.model_name(settings.model, settings.model_path), method="magnitude",
                      sparsity=Unstructured(0.5), **protocol, eval_dense=True, out_dir=runs_dir)
     quants = [None if bits == "none" else bits for bits in settings.bits]
-    return plan(base, settings.methods, list(settings.sparsities), quants,
+    return plan(base, settings.methods, sweep_sparsities(settings), quants,
                 [ALLOCATIONS[name] for name in settings.allocations], parse_seeds(settings.seeds))
+
+
+def sweep_sparsities(settings: SweepSettings) -> list[str]:
+    """The form's sparsities with the permute choice applied: each n:m one as ``2:4+perm``, or both ways.
+
+    Raises :class:`ToolkitError` for an unknown choice, and for permuting a sweep without an n:m
+    sparsity (the command line's refusal of ``--permute`` without n:m, for the whole sweep).
+    """
+    if settings.permute not in PERMUTE_CHOICES:
+        raise ToolkitError(f"unknown permute choice {settings.permute!r}: pick {', '.join(PERMUTE_CHOICES)}")
+    permutes = PERMUTE_CHOICES[settings.permute]
+    nm = {text for text in settings.sparsities if text != "none" and isinstance(parse_sparsity(text), NM)}
+    if any(permutes) and not nm:
+        raise ToolkitError(f"--permute spreads the important inputs over the groups of n:m sparsity; the sweep's "
+                           f"sparsities ({', '.join(settings.sparsities)}) have none: tick 2:4 or 4:8, or set "
+                           "--permute to off")
+    return [text + (PERMUTED if permute else "") for text in settings.sparsities
+            for permute in (permutes if text in nm else (False,))]
 
 
 def estimate_line(settings: SweepSettings, runs_dir: str) -> str:
@@ -200,6 +232,9 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
                                            label="Layer allocation (each sparsity with each; OWL: unstructured only)")
             seeds = gr.Textbox("", label="Calibration seeds (two or more, e.g. 0, 1, 2: mean ± std per point; "
                                          "empty: one run per point)", elem_id="sweep-seeds")
+            permute = gr.Radio(list(PERMUTE_CHOICES), value="off", label=forms.PERMUTE_LABEL, elem_id="sweep-permute",
+                               info="on: every n:m point with its inputs permuted (2:4+perm); both: each n:m "
+                                    "point with and without")
             with gr.Accordion("Calibration, evaluation, device", open=False):
                 protocol = protocol_controls(gr, evaluate_toggle=False, prefix="sweep")
             timing = gr.Markdown(estimate_line(SweepSettings(model=default_model), runs_dir), elem_id="sweep-estimate")
@@ -216,8 +251,11 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
             seeds_note = ("**Seeds**: with two or more calibration seeds each point is the mean of its runs and its "
                           "bar ± one sample standard deviation (n − 1): a gap between two methods smaller than "
                           "their bars is within calibration noise.")
+            permute_note = ("**Permuted inputs**: an open diamond (2:4+perm, \"n:m, permuted\" in the legend) is an "
+                            "n:m point run with each linear's inputs permuted; beside the filled diamond of the same "
+                            "method it shows how the permutation changed the perplexity.")
             howto.accordions(gr, "sweep", Plot.SWEEP, Plot.ACCURACY,
-                             extra={Plot.SWEEP: seeds_note, Plot.ACCURACY: seeds_note})
+                             extra={Plot.SWEEP: f"{seeds_note}\n\n{permute_note}", Plot.ACCURACY: seeds_note})
             export_button(gr, curve, "sweep")
             bits_curve = gr.Plot(viz_quant.bits_figure([]), show_label=False, elem_id="sweep-bits-curve")
             howto.accordions(gr, "sweep", Plot.BITS)
@@ -227,13 +265,13 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
             frontier = frontier_view.build(gr, runs_dir=runs_dir)
     outputs = {"status": status, "curve": curve, "accuracy": accuracy, "bits_curve": bits_curve, "table": results,
                "csv": csv, "estimate": timing}
-    fields = {model, model_path, methods, sparsities, bits, allocations, seeds, *protocol.components}
+    fields = {model, model_path, methods, sparsities, bits, allocations, seeds, permute, *protocol.components}
 
     def read(data: dict) -> SweepSettings:
         return SweepSettings(model=data[model], model_path=data[model_path], methods=list(data[methods] or []),
                              sparsities=list(data[sparsities] or []), bits=list(data[bits] or []),
                              allocations=list(data[allocations] or []), protocol=protocol.read(data),
-                             seeds=str(data[seeds] or ""))
+                             seeds=str(data[seeds] or ""), permute=str(data[permute] or "off"))
 
     # gr is the gradio module, passed in (not a type to pyright); Gradio reads this annotation
     def handler(data: dict, request: gr.Request) -> Iterator[dict]:  # pyright: ignore[reportInvalidTypeForm]

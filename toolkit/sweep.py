@@ -24,12 +24,12 @@ from toolkit.errors import ToolkitError
 from toolkit.events import Event
 from toolkit.methods import get_method
 from toolkit.spec.allocation import UNIFORM, Allocation, parse_allocation
-from toolkit.spec.compression import QuantSpec, parse_quant, target_kind
+from toolkit.spec.compression import Compression, QuantSpec, parse_quant, target_kind
 from toolkit.spec.targets import Target, parse_sparsity
 from toolkit.store.runs import last_stamp
 
 COLUMNS = ("method", "sparsity", "achieved_sparsity", "ppl", "dense_ppl", "prune_seconds", "status", "reused", "run_id",
-           "pattern", "quant", "bits_per_weight", "accuracy", "dense_accuracy", "allocation", "seed")
+           "pattern", "quant", "bits_per_weight", "accuracy", "dense_accuracy", "allocation", "seed", "permute")
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,8 @@ class SweepPoint:
 
     ``sparsity`` is the compression's label; ``pattern`` the kind of its sparsity target
     (``unstructured`` | ``nm`` | ``structured`` | ``none``), so a chart groups points without
-    reading the label.
+    reading the label. ``permute``: the run's inputs were permuted for n:m (``--permute``; its label
+    ends in ``+perm``).
     """
 
     method: str
@@ -58,6 +59,7 @@ class SweepPoint:
     bits_per_weight: float = math.nan  # storage bits per linear weight, scales and zero points counted
     allocation: str = "uniform"  # how the sparsity was spread over the layers: uniform | owl:M,λ | a file
     seed: int = 0  # the calibration seed (points of one sparsity over several seeds give a mean ± std)
+    permute: bool = False  # n:m with each linear's inputs permuted (--permute)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (the figure builders and the CSV take these)."""
@@ -71,37 +73,57 @@ def plan(
 ) -> tuple[list[RunConfig], list[str]]:
     """Configs for every (method, sparsity, grid, allocation) a method supports, and a note for each one skipped.
 
-    ``sparsities`` are targets, the user's text (parsed once, here) or None/"none" (quantize only);
-    ``quants`` are grids (``int4``, ``int3:g64``) or None (no quantization): sweeping bits at a fixed
-    method gives the perplexity vs bits-per-weight curve. ``allocations`` (``uniform``, ``owl``,
-    ``owl:M,λ``; docs/allocation.md) runs each sparsity once per allocation: one curve per
-    allocation; a non-uniform one only pairs with unstructured sparsities (the others are skipped
-    with RunConfig's reason). ``seeds`` (:func:`parse_seeds`: none, or two or more) repeats every
-    point once per calibration seed, for a mean ± std; none keeps the base's seed. Every config
+    ``sparsities`` are targets, the user's text (parsed once, here) or None/"none" (quantize only); an
+    n:m text with ``+perm`` (``2:4+perm``) runs with ``--permute`` (on another, its refusal). ``quants``
+    are grids (``int4``, ``int3:g64``) or None (no quantization): the perplexity vs bits curve.
+    ``allocations`` (``uniform``, ``owl``, ``owl:M,λ``; docs/allocation.md) runs each sparsity once per
+    allocation: one curve per allocation; a non-uniform one only pairs with unstructured sparsities
+    (the others are skipped with RunConfig's reason). ``seeds`` (:func:`parse_seeds`: none, or two or
+    more) repeats every point once per calibration seed, for a mean ± std; none keeps the base's seed. Every config
     measures the dense perplexity too (``eval_dense``; cached after the first). Raises
     :class:`ToolkitError` when nothing is left, for an unreadable allocation, or when the base has
     no evaluation.
     """
     if base.eval_data is None:
         raise ToolkitError("a sweep needs evaluation on: it plots perplexity")
-    targets = [None if s is None or s == "none" else parse_sparsity(s) for s in sparsities]
+    targets = [_sparsity(s) for s in sparsities]
     grids = [parse_quant(q) for q in quants]
     spreads = list(dict.fromkeys(parse_allocation(a) for a in allocations or (UNIFORM,)))
     configs, skipped = [], []
     for method in methods:
         get_method(method)  # an unknown name is the user's mistake, not a pair to skip
-        for target, grid, spread, seed in itertools.product(targets, grids, spreads, seeds or (base.seed,)):
+        for (target, permute), grid, spread, seed in itertools.product(targets, grids, spreads,
+                                                                       seeds or (base.seed,)):
             try:
                 configs.append(dataclasses.replace(base, method=method, sparsity=target, quant=grid,
-                                                   allocation=spread, eval_dense=True, seed=seed))
+                                                   allocation=spread, eval_dense=True, seed=seed, permute=permute))
             except ToolkitError as exc:  # the method cannot meet this spec: say so, sweep the rest
-                label = "+".join(str(x) for x in (target, grid) if x is not None) or "nothing"
-                where = "" if spread.uniform else f" ({spread.label})"
                 if seed == (seeds or (base.seed,))[0]:  # one note per pair, not one per seed
-                    skipped.append(f"{method} {label}{where}: {exc}")
+                    skipped.append(_skip_note(method, target, grid, spread, permute, exc))
     if not configs:
         raise ToolkitError("nothing to sweep: pick at least one method and one sparsity or bit width it supports")
     return configs, skipped
+
+
+PERMUTED = "+perm"  # a sweep sparsity with this suffix runs with --permute (the compression label's suffix)
+
+
+def _sparsity(text: str | Target | None) -> tuple[Target | None, bool]:
+    """A sweep sparsity as (target, permute): ``2:4+perm`` → (NM(2, 4), True); ``none`` → (None, False)."""
+    if text is None or text == "none":
+        return None, False
+    if isinstance(text, str) and text.endswith(PERMUTED):
+        target = parse_sparsity(text.removesuffix(PERMUTED))
+        Compression(target, permute=True)  # not n:m: the command line's refusal for --permute (ToolkitError)
+        return target, True
+    return parse_sparsity(text), False
+
+
+def _skip_note(method: str, target: Target | None, grid: QuantSpec | None, spread: Allocation, permute: bool,
+               exc: ToolkitError) -> str:
+    """The note of a (method, spec) pair the method cannot run (RunConfig's reason)."""
+    label = "+".join([str(x) for x in (target, grid) if x is not None] + (["perm"] if permute else [])) or "nothing"
+    return f"{method} {label}{'' if spread.uniform else f' ({spread.label})'}: {exc}"
 
 
 class _Labels(TypedDict):
@@ -110,10 +132,11 @@ class _Labels(TypedDict):
     quant: str
     allocation: str
     seed: int
+    permute: bool
 
 
 def _labels(config: RunConfig, ran: dict[str, Any] | None = None) -> _Labels:
-    """``sparsity`` (the compression's label) and ``pattern`` of a config's point.
+    """``sparsity`` (the compression's label, ``2:4+perm`` when permuted), ``pattern`` and the rest of a config's point.
 
     ``ran`` is the compression as the run recorded it (RunStarted, result.json): its labels name a
     quantization group fitted to the model (``int4`` → ``int4:g64``), which the config does not know.
@@ -121,7 +144,7 @@ def _labels(config: RunConfig, ran: dict[str, Any] | None = None) -> _Labels:
     pattern = "none" if config.sparsity is None else target_kind(config.sparsity)
     ran = ran if ran and ran.get("label") else config.compression.to_dict()
     return {"sparsity": ran["label"], "pattern": pattern, "quant": (ran.get("quant") or {}).get("label", ""),
-            "allocation": parse_allocation(config.allocation).label, "seed": config.seed}
+            "allocation": parse_allocation(config.allocation).label, "seed": config.seed, "permute": config.permute}
 
 
 def point_from_result(config: RunConfig, result: dict[str, Any], *, reused: bool) -> SweepPoint:
@@ -231,6 +254,7 @@ def stored_points(records: Sequence[Any], model: str | None = None) -> list[Swee
         quant = compression.get("quant")
         points.append(SweepPoint(method=str(config.get("method")), sparsity=str(compression.get("label")),
                                  allocation=str(config.get("allocation") or UNIFORM), seed=_seed(config),
+                                 permute=bool(compression.get("permute", False)),
                                  pattern=pattern, quant=str(quant.get("label", "")) if isinstance(quant, dict) else "",
                                  bits_per_weight=_num((result.get("accounting") or {}).get("bits_per_weight")),
                                  achieved_sparsity=_num(result.get("achieved_sparsity")), ppl=_num(ppl.get(data)),

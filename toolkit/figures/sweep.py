@@ -26,7 +26,8 @@ def sweep_figure(points: Sequence[Mapping[str, Any]], *, dense_ppl: float | None
     dense model's mean accuracy. Points with an ``allocation`` other than uniform (OWL, a ratio
     file) get a line of their own per method, in the method's colour with a dash of their own.
     Points of one sparsity repeated over calibration seeds (a ``seed`` each) are drawn once, at
-    their mean, with error bars of ± their sample standard deviation.
+    their mean, with error bars of ± their sample standard deviation. n:m points run with permuted
+    inputs (``permute`` true, label ``2:4+perm``) are open diamonds, a trace of their own.
     """
     methods = list(dict.fromkeys(str(p["method"]) for p in points))
     spreads = list(dict.fromkeys([UNIFORM, *(_allocation(p) for p in points)]))
@@ -56,7 +57,8 @@ def sweep_figure(points: Sequence[Mapping[str, Any]], *, dense_ppl: float | None
 
 PATTERN_STYLES = {  # pattern → (marker, line dash or None for markers only, legend suffix)
     "unstructured": ("circle", "solid", ""), "structured": ("square", "dot", " (structured)"),
-    "nm": ("diamond", None, " (n:m)"), "none": ("star", None, " (no sparsity)"),
+    "nm": ("diamond", None, " (n:m)"), "nm+perm": ("diamond-open", None, " (n:m, permuted)"),
+    "none": ("star", None, " (no sparsity)"),
 }
 
 
@@ -99,4 +101,6 @@ def _styled(trace: Spec, spread: str, spreads: Sequence[str]) -> Spec:
 
 def _pattern(point: Mapping[str, Any]) -> str:
     pattern = point.get("pattern")
+    if pattern == "nm" and point.get("permute"):
+        return "nm+perm"
     return pattern if pattern in PATTERN_STYLES else "unstructured"
