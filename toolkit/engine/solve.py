@@ -67,6 +67,8 @@ def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str],
         seconds = time.perf_counter() - t0
         keep = result.keep_mask.to(W.device, torch.bool)
         new = _written_weight(run, index, name, W, keep, result)
+        if result.quant is not None:  # the weight written is derived from the state: the method's copy can go now
+            result = dataclasses.replace(result, weight=new)
         with run.timer.section("writeback"):
             run.writeback.weight(module, new, run.storage_dtype)
         _report(run, _Solved(name, W, new, keep, result, seconds), stats)

@@ -39,4 +39,5 @@ SPEC = MethodSpec(
     targets=(),
     summary="round-to-nearest on the min-max grid of every group (no calibration)",
     produces=frozenset({Produces.QUANT}),
+    reads_weight_only=True,  # W is only read: the engine hands over the layer's weight, not a copy
 )
