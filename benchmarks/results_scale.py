@@ -36,7 +36,8 @@ def _memory_rows(records: list[Record]) -> list[list[str]]:
         layers = max(int(r["layers"]), 1)
         checkpoint = r.get("checkpoint_bytes")
         dtypes = ", ".join(r.get("checkpoint_dtypes") or [])
-        rows.append([_run(r), _variant(r), num(float(r["prune_seconds"]), 1),
+        rows.append([_run(r), _variant(r), f"`{(r.get('versions') or {}).get('git', '?')}`",
+                     num(float(r["prune_seconds"]), 1),
                      num(float(r["prune_seconds"]) / layers, 1), f"{r['rss_peak_mib']:.0f}",
                      num(r["rss_peak_mib"] * MIB / r["bf16_weight_bytes"], 2),
                      "" if checkpoint is None else f"{checkpoint / MIB:.0f} ({dtypes})"])
@@ -60,7 +61,7 @@ def _phase_rows(records: list[Record]) -> list[list[str]]:
 def render_scale(paths: list[Path]) -> Lines:
     """Memory and checkpoint per run (before/after, streamed), then seconds per phase per layer against the floor."""
     records = [r for r in records_of(paths) if r.get("benchmark") in ("scale", "scale_before")]
-    lines = table_lines(["run", "engine", "prune s", "s / layer", "host RSS peak MiB", "RSS / bf16 weights",
+    lines = table_lines(["run", "engine", "commit", "prune s", "s / layer", "host RSS peak MiB", "RSS / bf16 weights",
                          "checkpoint MiB (dtypes)"], _memory_rows(records))
     phase_rows = _phase_rows(records)
     if phase_rows:
