@@ -85,7 +85,8 @@ def test_error_none_prunes_bit_identically_and_reports_no_error(family: str, met
 @pytest.mark.parametrize(("method", "engine", "saved"), [
     ("wanda", {"fused": "on"}, 1),  # the dense pass of the first error_windows windows, one per layer
     ("wanda", {"fused": "off"}, 1),  # the one batch (2 windows) of the sample run to the layer's output
-    ("sparsegpt", {"fused": "off"}, 3),  # a Gram method kept every batch's dense output (6 windows, batches of 2)
+    ("sparsegpt", {"fused": "off"}, 1),  # a Gram method's sample too: the first batch to the layer's output
+    ("sparsegpt", {"fused": "off", "sequential": "layer"}, 1),
 ])
 def test_error_none_runs_no_layer_forward_for_the_error(method: str, engine: dict, saved: int) -> None:
     """The passes that ran to the layer's output only for the error stop at the last group's input instead."""
@@ -134,3 +135,19 @@ def test_depth_error_none_reports_no_layer_error() -> None:
 def test_an_unknown_error_mode_is_refused() -> None:
     with pytest.raises(ToolkitError, match="error must be one of"):
         EngineConfig(error="all")
+
+
+def test_the_sample_is_error_windows_windows_fused_or_not() -> None:
+    """SparseGPT's error covers the first ``error_windows`` windows in both passes: the same figure, the same count."""
+    errors, windows = [], []
+    for fused in ("on", "off"):
+        model = load_model("tiny-llama").model
+        spec = get_method("sparsegpt")
+        events: list = []
+        result = prune_layers(model, _windows(), spec, Unstructured(0.5), spec.make_config({"damp_frac": "0.1"}),
+                              emit=events.append, cfg=EngineConfig(batch_size=2, device="cpu", error_windows=2,
+                                                                   fused=fused))
+        errors.append([e.output_rel_error for e in events if isinstance(e, LayerDone)])
+        windows.append(result.error_windows)
+    assert windows == [2, 2]
+    assert errors[0] == pytest.approx(errors[1], rel=1e-3)

@@ -142,15 +142,16 @@ def _dense_batches(run: RunState, inputs: LayerInputs) -> int:
 
     All of them when the dense outputs are the next layer's inputs (``propagate=dense``); none
     when the output error is not measured (``error="none"``): every batch stops at the last group's
-    input. Otherwise all when the method measures against the dense path, else only the batches
-    holding the first ``error_windows`` windows (the output error is a sample): the others stop at
-    the last group's input, and no dense outputs beyond the sample are held.
+    input. Otherwise all when the method measures against the dense path (cross statistics), else
+    only the batches holding the first ``error_windows`` windows (the output error is a sample, as in
+    the fused pass): the others stop at the last group's input, and no dense outputs beyond the
+    sample are held.
     """
     if run.propagate == "dense":
         return len(inputs.hidden)
     if not run.measures_error:
         return 0
-    if run.needs_cross or run.gram_limit is None:
+    if run.needs_cross:
         return len(inputs.hidden)
     return sample_batches(run, inputs)
 

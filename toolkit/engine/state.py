@@ -62,7 +62,7 @@ class EngineConfig:
     restore_on_failure: bool = True
     fused: str = "auto"  # "auto" | "on" | "off": sequential=group in ONE pass per layer (see gather.fused_pass)
     fused_budget_mb: int = 4096  # "auto" fuses when the layer's activations for all windows fit in this
-    error_windows: int = 4  # windows behind the layer output error (all when a dense pass runs anyway)
+    error_windows: int = 4  # windows behind the layer output error (all where the passes keep every dense output)
     # and behind the Gram of methods that need only column norms (Wanda): their rel_error is a sample
     error: str = "sample"  # "sample" | "none": the layer output error measured, or not (no pass runs for it)
     devices: str = DEVICES_AUTO  # layers pruned concurrently on these (needs propagate=dense); see parallel.py
