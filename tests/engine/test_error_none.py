@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -151,3 +152,23 @@ def test_the_sample_is_error_windows_windows_fused_or_not() -> None:
         windows.append(result.error_windows)
     assert windows == [2, 2]
     assert errors[0] == pytest.approx(errors[1], rel=1e-3)
+
+
+def test_a_streamed_run_with_error_none_writes_the_sampled_runs_shards(tmp_path: Path) -> None:
+    """``--stream`` prunes each layer with the same engine step: the same shards, no layer output error."""
+    from tests.models.test_stream import save_tiny
+    from toolkit.engine.stream import prune_streaming
+    from toolkit.models.stream import open_streamed
+
+    source = save_tiny(tmp_path / "src", "llama", "bfloat16")
+    spec = get_method("sparsegpt")
+    shards, errors = [], []
+    for error in ("sample", "none"):
+        events: list = []
+        prune_streaming(open_streamed(source), tmp_path / error, _windows(), spec, Unstructured(0.5),
+                        spec.make_config(), cfg=EngineConfig(device="cpu", batch_size=2, error=error),
+                        emit=events.append)
+        shards.append({p.name: p.read_bytes() for p in sorted((tmp_path / error).glob("*.safetensors"))})
+        errors.append([e.output_rel_error for e in events if isinstance(e, LayerDone)])
+    assert shards[0] == shards[1] and shards[0]
+    assert all(isinstance(v, float) for v in errors[0]) and errors[1] == [None] * len(errors[0])
