@@ -30,7 +30,7 @@ from toolkit.events import MaskRefined, SublayerPruned
 from toolkit.methods.base import SOLVER_DTYPE, LinearStats, PruneResult, SolveContext
 from toolkit.methods.dsnot import dsnot_refine
 from toolkit.methods.permute import permuted_solve
-from toolkit.methods.quant_grid import bits_per_weight
+from toolkit.methods.quant_grid import bits_per_weight, row_chunks
 from toolkit.models.layers import get_weight
 from toolkit.runtime.precision import full_precision
 from toolkit.spec.targets import NM
@@ -51,7 +51,7 @@ def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str],
         run.check_cancel()
         module = linears[name]
         W = get_weight(module).detach().to(SOLVER_DTYPE)  # (out, in): the write-back swaps the parameter's data
-        if not torch.isfinite(W).all():
+        if not all_finite(W):
             raise NumericalError(f"layer {index} {name}: the weight has NaN/Inf entries; the checkpoint is broken")
         ctx = SolveContext(layer=index, name=name, quant=run.quant, emit=run.emit, cancelled=run.cancelled)
         t0 = time.perf_counter()
@@ -85,9 +85,18 @@ def _written_weight(run: RunState, index: int, name: str, W: Tensor, keep: Tenso
         new = result.weight.to(SOLVER_DTYPE)
     assert new.shape == W.shape, f"{run.spec.name} returned shape {tuple(new.shape)} for {tuple(W.shape)}"
     assert keep.shape == W.shape, f"{run.spec.name} returned a keep-mask of shape {tuple(keep.shape)}"
-    if not torch.isfinite(new).all():
+    if not all_finite(new):
         raise NumericalError(f"layer {index} {name}: {run.spec.name} produced NaN/Inf weights")
     return new
+
+
+def all_finite(W: Tensor) -> bool:
+    """``torch.isfinite(W).all()`` of an (out, in) weight, a block of rows at a time.
+
+    ``isfinite`` allocates several (out, in) temporaries (an absolute value among them): on a 7B MLP linear
+    that was 300 MiB at the host peak; by blocks it is a few MiB.
+    """
+    return all(bool(torch.isfinite(W[rows]).all()) for rows in row_chunks(W.shape[0], W.shape[1]))
 
 
 def refine_mask(run: RunState, name: str, W: Tensor, result: PruneResult, stats: LinearStats) -> PruneResult:
