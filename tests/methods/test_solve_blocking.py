@@ -13,11 +13,8 @@ import torch
 from torch import Tensor
 
 from tests.helpers.stats import correlated_stats
-from toolkit.errors import NumericalError
-from toolkit.events import Event, RunWarning
 from toolkit.methods import sparsegpt, thanos
 from toolkit.methods.base import SolveContext, damped_cholesky_inverse, zero_dead_inputs
-from toolkit.methods.inverse_factor import LEAF, damped_inverse_factor, lower_inverse
 from toolkit.methods.masks import keep_topk_global
 from toolkit.methods.thanos_update import (
     SELECT_SAMPLE,
@@ -120,34 +117,3 @@ def test_residual_block_mask_counts_exactly_with_and_without_surplus_ties() -> N
     flat_ties = (tied == threshold).flatten() & mask.flatten()
     last = int(torch.nonzero(flat_ties).max())
     assert bool(((tied == threshold).flatten()[:last] <= mask.flatten()[:last]).all())  # taken in row-major order
-
-
-def test_lower_inverse_by_halves_is_the_inverse() -> None:
-    n = 2 * LEAF + 77  # two levels of halving with uneven halves
-    gen = torch.Generator().manual_seed(12)
-    L = torch.tril(torch.randn(n, n, dtype=torch.float64, generator=gen)) / n**0.5
-    L.diagonal().copy_(1.0 + torch.rand(n, dtype=torch.float64, generator=gen))
-    inverse = lower_inverse(L)
-    assert torch.equal(inverse, torch.tril(inverse))
-    assert torch.allclose(inverse @ L, torch.eye(n, dtype=torch.float64), atol=1e-10)
-
-
-@pytest.mark.parametrize("width", [64, 600])
-def test_reversed_route_equals_the_reference_factor(width: int) -> None:
-    _, stats = correlated_stats(width, 2 * width, seed=13)
-    U, damping = damped_inverse_factor(stats.gram, 0.01, SolveContext())
-    reference, reference_damping = damped_cholesky_inverse(stats.gram, 0.01, SolveContext())
-    assert damping == reference_damping
-    assert torch.equal(U, torch.triu(U)) and bool((torch.diagonal(U) > 0).all())
-    assert float((U - reference).norm() / reference.norm()) < 1e-5
-
-
-def test_reversed_route_escalates_the_damping_and_then_fails() -> None:
-    events: list[Event] = []
-    H = torch.zeros(8, 8)
-    H[0, 0] = 1.0  # singular: the damping 0 fails, 1e-4 works
-    U, damping = damped_inverse_factor(H, 0.0, SolveContext(emit=events.append))
-    assert damping == pytest.approx(1e-4) and bool(torch.isfinite(U).all())
-    assert [type(e) for e in events] == [RunWarning]
-    with pytest.raises(NumericalError, match="increase damp_frac"):
-        damped_inverse_factor(-torch.eye(8) * 1e6, 1e-9, SolveContext(), max_tries=2)

@@ -7,9 +7,7 @@ F still to the right), columns are visited left to right in blocks of ``block_si
   column block); n:m chooses n of every m columns on the current weights; structured drops
   whole columns by the column mean of the score;
 - update (eq. OBS): err = (w_q − ŵ_q)/U_qq,  W_{:,q:} ← W_{:,q:} − err ⊗ U_{q,q:};
-  after the block, W_{:,right} −= Err · U_{block,right} (lazy batch update, in place).
-U comes from one Cholesky factor of the reversed Ĥ and a triangular inverse by halves
-(:mod:`toolkit.methods.inverse_factor`): Ĥ⁻¹ is never formed.
+  after the block, W_{:,right} −= Err · U_{block,right} (lazy batch update).
 """
 
 from __future__ import annotations
@@ -26,11 +24,11 @@ from toolkit.methods.base import (
     PruneResult,
     SolveContext,
     Stat,
+    damped_cholesky_inverse,
     option,
     structured_supported,
     zero_dead_inputs,
 )
-from toolkit.methods.inverse_factor import damped_inverse_factor
 from toolkit.methods.masks import keep_columns, keep_nm, keep_topk_global
 from toolkit.spec.targets import NM, Structured, Target, Unstructured
 
@@ -67,7 +65,7 @@ def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: SparseGPTCo
     """Run the SparseGPT sweep on W (out, in); returns the updated weight and its keep-mask."""
     assert target is not None, "a pruning method always gets a sparsity target (MethodSpec.check)"
     W, H = zero_dead_inputs(W.to(SOLVER_DTYPE).clone(), stats.gram.to(SOLVER_DTYPE))
-    U, damping = damped_inverse_factor(H, cfg.damp_frac, ctx)
+    U, damping = damped_cholesky_inverse(H, cfg.damp_frac, ctx)
     _, cols = W.shape
     block = cfg.block_size
     if isinstance(target, NM):

@@ -70,11 +70,11 @@ from toolkit.methods.base import (
     PruneResult,
     SolveContext,
     Stat,
+    damped_cholesky_inverse,
     option,
     structured_supported,
     zero_dead_inputs,
 )
-from toolkit.methods.inverse_factor import damped_inverse_factor
 from toolkit.methods.masks import keep_nm
 from toolkit.methods.thanos_update import (
     ceil_count,
@@ -208,7 +208,7 @@ def _prune_blockwise(
                 f"{rows - outliers.numel()} non-outlier rows; lower alpha or the sparsity"
             )
     block = _block_width(cfg, target, cols, ctx)
-    U, damping = damped_inverse_factor(H, cfg.damp_frac, ctx)
+    U, damping = damped_cholesky_inverse(H, cfg.damp_frac, ctx)
     dense = torch.zeros(rows, dtype=torch.bool, device=W.device)
     dense[outliers] = True
     keep = _sweep(W, U, target, _SweepPlan(torch.sqrt(torch.diagonal(H)), dense, block), ctx)
@@ -238,7 +238,7 @@ def _prune_structured(W: Tensor, H: Tensor, target: Structured, cfg: ThanosConfi
     perm = torch.cat([removed, torch.nonzero(kept_cols).flatten()])  # S first, then K
     damping, error = float("nan"), 0.0
     if count:
-        U, damping = damped_inverse_factor(H[perm][:, perm], cfg.damp_frac, ctx)  # Uᵀ U = Ĥ_perm⁻¹
+        U, damping = damped_cholesky_inverse(H[perm][:, perm], cfg.damp_frac, ctx)  # Uᵀ U = Ĥ_perm⁻¹
         delta_kept, loss = structured_update(W_rest[:, perm], U, count)
         W_rest[:, perm[count:]] += delta_kept
         W_rest[:, removed] = 0.0
