@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,8 +143,10 @@ def prune(kwargs: dict[str, Any], device: str) -> tuple[dict[str, Any], dict[str
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     memory: dict[str, Any] = {"rss_before_run_mib": rss_now_mib()}
+    cpu = time.process_time()
     with RssTimeline().running() as timeline:
         result = prune_model(RunConfig(**kwargs))
+    memory["run_cpu_seconds"] = time.process_time() - cpu  # this process's CPU time (all threads): load included
     memory["rss_peak_mib"] = rss_peak_mib()
     memory.update(timeline.report())
     memory["gpu_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
@@ -170,7 +173,7 @@ def make_record(name: str, shape: dict[str, Any], opts: ScaleOptions, result: di
         "layer_error": result.get("layer_error"),
         "prune_seconds": _round(result["prune_seconds"]),
         "seconds_per_layer": _round(result["prune_seconds"] / layers, 4),
-        "rss_peak_mib": _round(memory["rss_peak_mib"], 1),
+        "run_cpu_seconds": _round(memory.get("run_cpu_seconds")), "rss_peak_mib": _round(memory["rss_peak_mib"], 1),
         "rss_before_run_mib": _round(memory["rss_before_run_mib"], 1),
         "rss_by_phase_mib": memory.get("rss_by_phase_mib"), "rss_file_peak_mib": memory.get("rss_file_peak_mib"),
         "rss_file_by_phase_mib": memory.get("rss_file_by_phase_mib"),
