@@ -3,10 +3,15 @@
 The full-size passes of :mod:`toolkit.methods.quant_grid` and :mod:`toolkit.models.save_quant` go row chunk by
 row chunk (:data:`~toolkit.methods.quant_grid.CHUNK_ENTRIES` entries) so that their temporaries stay small on a
 7B linear; here the chunk is made a few rows so every test matrix spans many chunks, and each result is compared
-bit for bit with the one-chunk run and with the formulas written out on the whole matrix.
+bit for bit with the one-chunk run and with the formulas written out on the whole matrix. The export's tensors
+and config, built from the states without the library's compression pass, are compared with what the library
+derives.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -32,6 +37,12 @@ def _weight(rows: int, cols: int, dtype: torch.dtype = torch.float32) -> torch.T
     W = torch.randn(rows, cols) * 0.02
     W[:2, :20] = 0.5  # constant groups take the widened range
     return W.to(dtype)
+
+
+def _shape(module: torch.nn.Module) -> tuple[int, int]:
+    """(out, in) of a linear."""
+    assert isinstance(module, torch.nn.Linear)
+    return (module.out_features, module.in_features)
 
 
 def _whole(W: torch.Tensor, text: str) -> tuple[torch.Tensor, ...]:
@@ -98,3 +109,36 @@ def test_packed_tensors_are_the_library_layout(text: str) -> None:
     assert ours.keys() == library.keys()
     for key, value in library.items():
         assert ours[key].dtype == value.dtype and torch.equal(ours[key], value), key
+
+
+@pytest.mark.parametrize("text", ["int4:g32", "int3:g16:sym", "int8:g0"])
+def test_meta_config_is_the_library_config_of_the_model(tmp_path: Path, text: str) -> None:
+    """write_quant_config (schemes on meta copies of the linears) writes what the library derives from the model."""
+    import copy
+    import json
+
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import QuantizationStatus, apply_quantization_config
+
+    from toolkit.models.load import load_model
+    from toolkit.models.save_quant import FORMAT, GridShape, grid_config, write_quant_config
+
+    spec = parse_quant(text)
+    assert spec is not None
+    model = load_model("tiny-llama").model
+    names = [name for name, module in model.named_modules()
+             if isinstance(module, torch.nn.Linear) and ".layers." in name][::2]  # some linears, not all
+    grids = {name: GridShape(spec, _shape(model.get_submodule(name))) for name in names}
+    config: Any = model.config
+    for folder in (tmp_path / "library", tmp_path / "meta"):
+        config.save_pretrained(folder)
+    work = copy.deepcopy(model)
+    apply_quantization_config(work, grid_config(grids))
+    compressor = ModelCompressor.from_pretrained_model(work, quantization_format=FORMAT)
+    assert compressor.quantization_config is not None
+    compressor.quantization_config.quantization_status = QuantizationStatus.COMPRESSED
+    compressor.update_config(str(tmp_path / "library"))
+    write_quant_config(model, grids, tmp_path / "meta")
+    library, meta = (json.loads((tmp_path / kind / "config.json").read_text())["quantization_config"]
+                     for kind in ("library", "meta"))
+    assert meta == library

@@ -250,38 +250,91 @@ def _dtype(name: str) -> torch.dtype:
     return table[name]
 
 
+def _copy_without(model: nn.Module, names: list[str]) -> nn.Module:
+    """A deep copy of ``model`` in which the ``weight`` of each linear in ``names`` is a meta-device placeholder.
+
+    Those weights are replaced by their packed tensors anyway, so they are not copied (on a 7B layer they are
+    the bulk of it).
+    """
+    memo: dict[int, Any] = {}
+    for name in names:
+        weight = _tensor(model.get_submodule(name), "weight")
+        memo[id(weight)] = nn.Parameter(torch.empty(weight.shape, dtype=weight.dtype, device="meta"),
+                                        requires_grad=False)
+    return copy.deepcopy(model, memo)
+
+
+def _swap_packed(module: nn.Module, tensors: dict[str, Tensor]) -> None:
+    """Replace ``module.weight`` by the pack-quantized ``tensors`` (local names), as the library's compressor does."""
+    del module.weight
+    for key, tensor in tensors.items():
+        module.register_parameter(key, nn.Parameter(tensor, requires_grad=False))
+
+
+def write_quant_config(model: nn.Module, grids: dict[str, GridShape], folder: Path,
+                       dtype: torch.dtype | None = None) -> None:
+    """Add the ``quantization_config`` of the linears in ``grids`` to ``folder``'s config.json.
+
+    The config is the library's, from the schemes applied to a meta-device copy of ``model``'s linears (the
+    unquantized ones, such as ``lm_head``, are its ``ignore`` list, in ``dtype`` or their own), with the status
+    ``compressed``.
+    """
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import QuantizationStatus, apply_quantization_config
+
+    if not grids:
+        raise ToolkitError("nothing to export: no quantized linears were given")
+    root = nn.Module()
+    for name, module in model.named_modules():  # every linear, in order: the others make the ignore list
+        if isinstance(module, nn.Linear):
+            linear = nn.Linear(module.in_features, module.out_features, bias=False, device="meta",
+                               dtype=dtype or module.weight.dtype)
+            _graft(root, name, linear)
+    apply_quantization_config(root, grid_config(grids))
+    compressor = ModelCompressor.from_pretrained_model(root, quantization_format=FORMAT)
+    if compressor.quantization_config is not None:
+        compressor.quantization_config.quantization_status = QuantizationStatus.COMPRESSED
+    compressor.update_config(str(folder))
+
+
+def _graft(root: nn.Module, name: str, linear: nn.Module) -> None:
+    """Put ``linear`` under ``root`` at the qualified ``name``, creating the modules on its path."""
+    parent = root
+    *path, last = name.split(".")
+    for part in path:
+        if not hasattr(parent, part):
+            parent.add_module(part, nn.Module())
+        parent = parent.get_submodule(part)
+    parent.add_module(last, linear)
+
+
 def save_quantized(model: nn.Module, codec: TextCodec, folder: str | Path, states: dict[str, QuantState],
                    *, dtype: torch.dtype | None = None) -> dict[str, Any]:
     """Write ``model`` with the linears named in ``states`` packed as compressed-tensors pack-quantized.
 
     ``states`` maps qualified linear names (``model.named_modules()``) to their QuantState; the
-    other parameters are saved as they are, in ``dtype`` (default: the model's). Works on a deep
-    copy: ``model`` is not modified. A model whose config does not describe its shapes (per-layer
-    shrunk) also gets the structure file of :mod:`toolkit.models.shrunk`, and loads back only with
+    other parameters are saved as they are, in ``dtype`` (default: the model's). Works on a copy whose
+    quantized linears get their :func:`packed_tensors` instead of a copy of their weight (no float copy of
+    them, no library compression pass): ``model`` is not modified. A model whose config does not describe
+    its shapes (per-layer shrunk) also gets the structure file of :mod:`toolkit.models.shrunk`, and loads back only with
     ``toolkit.load_model``. Writes under a ``.partial`` name, renamed at the end and removed on failure.
     Returns sizes: ``bytes`` on disk, ``quantized_bytes`` and ``bits_per_weight`` of the quantized
     linears (codes + scales + zero points + shapes), and the dense bf16 size of the whole model.
     Raises ToolkitError for AWQ states, non-Linear modules or groups that do not divide the width.
     """
     from compressed_tensors import __version__ as ct_version
-    from compressed_tensors.compressors import ModelCompressor
-    from compressed_tensors.quantization import apply_quantization_config
 
     _check(model, states)
-    work = copy.deepcopy(model)
+    work = _copy_without(model, list(states))
     if dtype is not None:
         work = work.to(dtype)
-    apply_quantization_config(work, grid_config(states))
+    grids = {name: GridShape(state.spec, state.shape) for name, state in states.items()}
     for name, state in states.items():
-        load_grid(work.get_submodule(name), state)
-    compressor = ModelCompressor.from_pretrained_model(work, quantization_format=FORMAT)
-    compress_linears(compressor, work, list(states))
-    for name, state in states.items():
-        store_codes(work.get_submodule(name), state)
+        _swap_packed(work.get_submodule(name), packed_tensors(state, _tensor(work.get_submodule(name), "weight").dtype))
     record = structure_record(model)  # the shapes of the model, not of its compressed copy
 
     def finish(partial: Path) -> None:
-        compressor.update_config(str(partial))
+        write_quant_config(model, grids, partial, dtype)
         if record is not None:
             mark_per_layer(partial, record)
 

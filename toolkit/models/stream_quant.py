@@ -36,10 +36,10 @@ from toolkit.models.save_quant import (
     GridShape,
     check_states,
     checkpoint_sizes,
-    grid_config,
     packed_scale,
     packed_tensors,
     packed_words,
+    write_quant_config,
 )
 from toolkit.models.sources import check_shards
 from toolkit.runtime.placement import storage_dtype
@@ -212,36 +212,10 @@ class LayerPacker:
     def write_config(self, model: nn.Module, folder: Path) -> None:
         """Add the ``quantization_config`` of every packed linear to ``folder``'s config.json.
 
-        The config is the library's, from the schemes applied to a meta-device copy of ``model``'s linears
-        (the unquantized ones, such as ``lm_head``, are its ``ignore`` list), as the in-memory save derives it.
+        :func:`toolkit.models.save_quant.write_quant_config`: the library's config from the schemes applied to
+        a meta-device copy of ``model``'s linears, as the in-memory save writes it.
         """
-        from compressed_tensors.compressors import ModelCompressor
-        from compressed_tensors.quantization import QuantizationStatus, apply_quantization_config
-
-        if not self.grids:
-            raise ToolkitError("nothing to export: no quantized linears were given")
-        root = nn.Module()
-        for name, module in model.named_modules():  # every linear, in order: the others make the ignore list
-            if isinstance(module, nn.Linear):
-                linear = nn.Linear(module.in_features, module.out_features, bias=False, device="meta",
-                                   dtype=module.weight.dtype)
-                _graft(root, name, linear)
-        apply_quantization_config(root, grid_config(self.grids))
-        compressor = ModelCompressor.from_pretrained_model(root, quantization_format=FORMAT)
-        if compressor.quantization_config is not None:
-            compressor.quantization_config.quantization_status = QuantizationStatus.COMPRESSED
-        compressor.update_config(str(folder))
-
-
-def _graft(root: nn.Module, name: str, linear: nn.Module) -> None:
-    """Put ``linear`` under ``root`` at the qualified ``name``, creating the modules on its path."""
-    parent = root
-    *path, last = name.split(".")
-    for part in path:
-        if not hasattr(parent, part):
-            parent.add_module(part, nn.Module())
-        parent = parent.get_submodule(part)
-    parent.add_module(last, linear)
+        write_quant_config(model, self.grids, folder)
 
 
 __all__ = ["LayerPacker", "PackedLinear", "PackingCollector", "load_packed", "pack_linear", "packed_config",
