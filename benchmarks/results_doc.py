@@ -310,7 +310,11 @@ python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four run
         "at both commits, and the ten embedded-model runs after the move against the digests recorded after the "
         "contract refactor (which the three runs at `01456b7` reproduced). `digest_tiny_scale`: the 24 tiny-llama "
         "runs after the real-scale change (the model's own dtype, one layer upcast at a time, sampled error "
-        "statistics, the journal's spill), float32 path, against `digest_tiny_house_after`.",
+        "statistics, the journal's spill), float32 path, against `digest_tiny_house_after`. "
+        "`digest_tiny_engine_before` → `digest_tiny_engine_after`: 14 tiny-llama runs (16 × 128 calibration "
+        "tokens) at `19b6a00` and at `1689509`, around the engine-floor changes (no copy of W for the methods that "
+        "only read it, Wanda's row blocks, Thanos's exact selection from a fixed sample, in-place solve updates, "
+        "row-chunked quantization grids and packing, `--error`), float32 path.",
         """python -m benchmarks.weights_digest --runs magnitude@50% magnitude@2:4 wanda@50% wanda@2:4 sparsegpt@50% \\
       sparsegpt@2:4 thanos@50% thanos@2:4 fista@50% fista@2:4 --json benchmarks/results/digest_after_contract.jsonl
 python -m benchmarks.weights_digest --compare benchmarks/results/digest_before_contract.jsonl \\
