@@ -27,14 +27,15 @@ from toolkit.evaluation.perplexity import perplexity
 from toolkit.models.load import load_model
 from toolkit.run.pipeline import bos_id
 from toolkit.runtime.memory import keep_freed_memory
+from toolkit.runtime.rss import status_kib
 
 
 def _rss_mb(field: str) -> float:
-    """``VmRSS`` or ``VmHWM`` of this process, MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
+    """``VmRSS`` or ``VmHWM`` of this process, MiB (``toolkit.runtime.rss.status_kib``)."""
+    kib = status_kib(field)
+    if kib is None:
+        raise RuntimeError(f"no {field} in /proc/self/status")
+    return kib / 1024
 
 
 def full_logits_perplexity(model: torch.nn.Module, windows: torch.Tensor, batch_size: int = 4) -> float:

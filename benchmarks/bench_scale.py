@@ -89,11 +89,6 @@ def rss_now_mib() -> float | None:
     return None
 
 
-def rss_peak_mib() -> float:
-    """Peak resident memory of this process so far (its own high-water mark, children excluded), MiB."""
-    return peak_rss_mib()
-
-
 def resolve_device(device: str) -> str:
     """``auto`` → cuda when available, else cpu; raises :class:`BenchError` for cuda without a GPU."""
     import torch
@@ -147,7 +142,7 @@ def prune(kwargs: dict[str, Any], device: str) -> tuple[dict[str, Any], dict[str
     with RssTimeline().running() as timeline:
         result = prune_model(RunConfig(**kwargs))
     memory["run_cpu_seconds"] = time.process_time() - cpu  # this process's CPU time (all threads): load included
-    memory["rss_peak_mib"] = rss_peak_mib()
+    memory["rss_peak_mib"] = peak_rss_mib()  # this process's own high-water mark, children excluded
     memory.update(timeline.report())
     memory["gpu_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
     return result, memory
