@@ -19,6 +19,7 @@ recorded: on a shared 2-core machine its 210-window evaluation costs as much as 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from benchmarks.host_clock import Clock
 from benchmarks.records import emit
@@ -44,6 +45,18 @@ def split_spec(sparsity: str, options: dict[str, str]) -> dict[str, str | None]:
         target, quant = "", target
     return {"sparsity": target or None, "quant": quant or options.pop("quant", None),
             "unit": options.pop("unit", None)}
+
+
+def layer_error_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The run's relative layer output error ‖ΔW X‖/‖W X‖: its sample, per layer and the mean over layers.
+
+    ``record`` is result.json's ``layer_error``; ``mean`` is null where nothing was measured (``--error none``).
+    """
+    if record is None:
+        return None
+    values = record.get("per_layer") or []
+    mean = sum(values) / len(values) if values else None
+    return {"mode": record.get("mode"), "windows": record.get("windows"), "mean": mean, "per_layer": values or None}
 
 
 def main() -> None:
@@ -87,6 +100,7 @@ def main() -> None:
             "total_seconds": round(end.wall - start.wall, 2), **end.since(start),
             "peak_rss_mb": round(result["peak_rss_mb"], 1),
             "accounting": result.get("accounting"),
+            "layer_error": layer_error_summary(result.get("layer_error")),
             "precision": result.get("precision"), "phases": result.get("phases"),
             "device": result["device"], "protocol": result["protocol"], "run_dir": result["run_dir"],
             "versions": result["versions"],

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_prune import parse_run, split_spec
+from benchmarks.bench_prune import layer_error_summary, parse_run, split_spec
 from benchmarks.host_clock import Clock
 
 
@@ -84,3 +84,16 @@ def test_host_clock_reads_this_machine() -> None:
     assert seen["process_cpu_seconds"] is not None and seen["process_cpu_seconds"] >= 0
     share = seen["host_steal_share"]
     assert share is None or 0.0 <= share <= 1.0
+
+
+def test_layer_error_summary_means_the_layers_and_keeps_not_measured_null() -> None:
+    summary = layer_error_summary({"mode": "sample", "measured": True, "windows": 4, "per_layer": [0.1, 0.3]})
+    assert summary is not None
+    assert summary["mean"] == pytest.approx(0.2)
+    assert summary["windows"] == 4
+    assert summary["per_layer"] == [0.1, 0.3]
+    skipped = layer_error_summary({"mode": "none", "measured": False, "windows": None, "per_layer": None})
+    assert skipped is not None
+    assert skipped["mean"] is None
+    assert skipped["per_layer"] is None
+    assert layer_error_summary(None) is None
