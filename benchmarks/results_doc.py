@@ -19,6 +19,7 @@ from benchmarks.results_awp_step import AWP_STEP_SECTIONS
 from benchmarks.results_depth import DEPTH_SECTIONS
 from benchmarks.results_frontier import FRONTIER_SECTIONS, draw_png
 from benchmarks.results_lesson_class import LESSON_CLASS_SECTIONS
+from benchmarks.results_oneshot import ONESHOT_SECTIONS
 from benchmarks.results_permute import PERMUTE_SECTIONS
 from benchmarks.results_presets import PRESET_SECTIONS
 from benchmarks.results_read import RESULTS, ROOT, Lines, Section, commits, protocol_lines, records_of, rel, stamps
@@ -293,6 +294,7 @@ python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four run
     *DEPTH_SECTIONS,
     *FRONTIER_SECTIONS,
     *PERMUTE_SECTIONS,
+    *ONESHOT_SECTIONS,
     *LESSON_CLASS_SECTIONS,
     *AWP_STEP_SECTIONS,
     Section(
