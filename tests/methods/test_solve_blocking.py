@@ -18,6 +18,8 @@ from toolkit.methods.base import SolveContext, damped_cholesky_inverse, zero_dea
 from toolkit.methods.masks import keep_topk_global
 from toolkit.methods.thanos_update import (
     SELECT_SAMPLE,
+    SelectScratch,
+    kth_select,
     kth_smallest,
     multiweight_factor,
     multiweight_update,
@@ -117,3 +119,21 @@ def test_residual_block_mask_counts_exactly_with_and_without_surplus_ties() -> N
     flat_ties = (tied == threshold).flatten() & mask.flatten()
     last = int(torch.nonzero(flat_ties).max())
     assert bool(((tied == threshold).flatten()[:last] <= mask.flatten()[:last]).all())  # taken in row-major order
+
+
+@pytest.mark.parametrize("step", [None, 1 / 8])
+def test_kth_select_counts_and_reused_scratch_match_a_fresh_pass(step: float | None) -> None:
+    """The counts below / at the k-th value come from the band, and a reused (larger) scratch changes nothing."""
+    gen = torch.Generator().manual_seed(12)
+    metric = torch.rand(600, 512, generator=gen) * torch.exp(torch.randn(512, generator=gen))
+    if step is not None:
+        metric = torch.floor(metric / step) * step  # surplus ties at every threshold
+    metric[:3] = torch.inf  # excluded rows (outliers) never count
+    scratch = SelectScratch.of_size(metric.numel() + 1000, metric.device)
+    for count in (1, 4096, metric.numel() // 2, metric.numel() - 3 * 512 - 1):
+        chosen = kth_select(metric.flatten(), count, scratch)
+        assert torch.equal(chosen.value, torch.kthvalue(metric.flatten(), count).values)
+        assert chosen.n_lt == int((metric < chosen.value).sum())
+        assert chosen.n_le == int((metric <= chosen.value).sum())
+        assert torch.equal(residual_block_mask(metric, count, 64, scratch), residual_block_mask(metric, count, 64))
+        assert int(residual_block_mask(metric, count, 512, scratch).sum()) == count

@@ -77,6 +77,7 @@ from toolkit.methods.base import (
 )
 from toolkit.methods.masks import keep_nm
 from toolkit.methods.thanos_update import (
+    SelectScratch,
     ceil_count,
     multiweight_factor,
     outlier_rows,
@@ -163,8 +164,11 @@ def _sweep(W: Tensor, U: Tensor, target: Unstructured | NM, plan: _SweepPlan, ct
     keep = torch.ones_like(W, dtype=torch.bool)
     dense, block = plan.dense, plan.block
     remaining = 0
+    scores, scratch = torch.empty(0, device=W.device), None
     if isinstance(target, Unstructured):
         remaining = int(target.sparsity * rows * cols)
+        scores = torch.empty(rows * cols, dtype=W.dtype, device=W.device)  # reused by every block: no page faults
+        scratch = SelectScratch.of_size(rows * cols, W.device)
     for index, j1 in enumerate(range(0, cols, block)):
         ctx.check_cancel()
         started = time.perf_counter()
@@ -173,10 +177,11 @@ def _sweep(W: Tensor, U: Tensor, target: Unstructured | NM, plan: _SweepPlan, ct
             metric = W[:, j1:j2].abs() * plan.col_norms[j1:j2].unsqueeze(0)  # (out, B) Wanda score
             prune = ~keep_nm(metric, target) & ~dense.unsqueeze(1)  # (out, B)
         else:
-            metric = W[:, j1:].abs().mul_(plan.col_norms[j1:].unsqueeze(0))  # (out, f) Wanda score
+            metric = torch.abs(W[:, j1:], out=scores[: rows * (cols - j1)].view(rows, cols - j1))  # (out, f)
+            metric.mul_(plan.col_norms[j1:].unsqueeze(0))  # Wanda score |W_ij|·‖X_j‖
             if plan.has_dense:
                 metric[dense] = torch.inf  # outlier rows are never selected
-            prune = residual_block_mask(metric, remaining, j2 - j1)  # (out, B)
+            prune = residual_block_mask(metric, remaining, j2 - j1, scratch)  # (out, B)
         removed = int(torch.count_nonzero(prune))
         error = 0.0
         if removed:

@@ -18,6 +18,7 @@ Rows are batched as tensors (sorted by size, in chunks); there is no Python loop
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -139,63 +140,129 @@ def multiweight_factor(w_block: Tensor, U_block: Tensor, prune: Tensor) -> tuple
     return lam @ U_block.T, (lam * w_block).sum(1)
 
 
-def kth_smallest(values: Tensor, k: int) -> Tensor:
-    """The k-th smallest (1-based) of a flat tensor; exact, = ``torch.kthvalue(values, k).values``.
+@dataclass(frozen=True)
+class SelectScratch:
+    """Flat bool buffers the residual mask reuses every block (``size`` entries each).
+
+    A fresh (rows, f) comparison result per block is a new multi-MiB allocation, page-faulted and zero-filled
+    again each time (glibc maps large blocks afresh); the sweep allocates these once per linear instead.
+    """
+
+    below: Tensor
+    band: Tensor
+
+    @classmethod
+    def of_size(cls, size: int, device: torch.device) -> SelectScratch:
+        """Two uninitialised bool buffers of ``size`` entries on ``device``."""
+        return cls(*(torch.empty(size, dtype=torch.bool, device=device) for _ in range(2)))
+
+    @classmethod
+    def fitting(cls, scratch: SelectScratch | None, size: int, device: torch.device) -> SelectScratch:
+        """``scratch`` if it holds ``size`` entries, else new buffers of that size."""
+        if scratch is not None and scratch.below.numel() >= size:
+            return scratch
+        return cls.of_size(size, device)
+
+    def views(self, size: int) -> tuple[Tensor, Tensor]:
+        """The first ``size`` entries of both buffers."""
+        return self.below[:size], self.band[:size]
+
+
+@dataclass(frozen=True)
+class Selected:
+    """The k-th smallest value t of a flat tensor and how many values lie below it (``n_lt``) and at most at it."""
+
+    value: Tensor
+    n_lt: int
+    n_le: int
+
+
+def _count_around(values: Tensor, threshold: Tensor, scratch: SelectScratch) -> Selected:
+    """``Selected`` for a known threshold by two comparison passes over ``values`` (into the scratch)."""
+    below, band = scratch.views(values.numel())
+    n_lt = int(torch.count_nonzero(torch.lt(values, threshold, out=below)))
+    n_le = int(torch.count_nonzero(torch.le(values, threshold, out=band)))
+    return Selected(threshold, n_lt, n_le)
+
+
+def kth_select(values: Tensor, k: int, scratch: SelectScratch | None = None) -> Selected:
+    """The k-th smallest (1-based) of a flat tensor, exactly ``torch.kthvalue(values, k).values``, with its counts.
 
     Floyd–Rivest style: a sample of :data:`SELECT_SAMPLE` values at fixed pseudo-random positions
     brackets the answer in [lo, hi]; one comparison pass counts what lies below lo and ``kthvalue``
-    runs on the band only (a few percent of the values). The positions are random rather than
-    strided because a stride that divides the row width samples a few columns only, whose scores
-    need not bracket the whole matrix's. Falls back to the full ``kthvalue`` if the bracket misses.
+    runs on the band only (a few percent of the values), which also gives the counts below and at the
+    answer without another pass over all values. The positions are random rather than strided because a
+    stride that divides the row width samples a few columns only, whose scores need not bracket the
+    whole matrix's. Falls back to the full ``kthvalue`` if the bracket misses.
     """
     total = values.numel()
+    scratch = SelectScratch.fitting(scratch, total, values.device)
     if total <= SELECT_SAMPLE * 8:
-        return torch.kthvalue(values, k).values
+        return _count_around(values, torch.kthvalue(values, k).values, scratch)
     generator = torch.Generator().manual_seed(SELECT_SEED)
     positions = torch.randint(total, (SELECT_SAMPLE,), generator=generator).to(values.device)
     sample = torch.sort(values[positions]).values
     size = sample.numel()
     centre, margin = k / total * size, 4.0 * size**0.5 + 8.0
     low_index, high_index = int(centre - margin), int(centre + margin)
-    in_band = torch.ones_like(values, dtype=torch.bool)
+    below_low, in_band = scratch.views(total)
     below = 0
     if low_index > 0:
-        below_low = values < sample[low_index]
+        torch.lt(values, sample[low_index], out=below_low)
         below = int(torch.count_nonzero(below_low))  # a count, not a sum: summing bools widens them to int64
-        in_band = below_low.logical_not_()
+        torch.logical_not(below_low, out=below_low)  # now: at least lo
+    else:
+        below_low.fill_(True)
     if high_index < size - 1:
-        in_band &= values <= sample[high_index]
+        torch.le(values, sample[high_index], out=in_band).logical_and_(below_low)
+    else:
+        in_band.copy_(below_low)
     band = values[in_band]
     if below < k <= below + band.numel():
-        return torch.kthvalue(band, k - below).values
-    return torch.kthvalue(values, k).values
+        threshold = torch.kthvalue(band, k - below).values
+        return Selected(threshold, below + int(torch.count_nonzero(band < threshold)),
+                        below + int(torch.count_nonzero(band <= threshold)))
+    return _count_around(values, torch.kthvalue(values, k).values, scratch)
 
 
-def residual_block_mask(metric: Tensor, count: int, width: int) -> Tensor:
+def kth_smallest(values: Tensor, k: int) -> Tensor:
+    """The k-th smallest (1-based) of a flat tensor; exact, = ``torch.kthvalue(values, k).values``.
+
+    Small tensors go to ``kthvalue`` directly; larger ones through the sampled band of :func:`kth_select`.
+    """
+    if values.numel() <= SELECT_SAMPLE * 8:
+        return torch.kthvalue(values, k).values
+    return kth_select(values, k).value
+
+
+def residual_block_mask(metric: Tensor, count: int, width: int, scratch: SelectScratch | None = None) -> Tensor:
     """ψ_X(Ŵ, r) restricted to the first ``width`` columns (eqs. 69–70).
 
-    ``metric`` (rows, f) scores of the free weights (|W_ij|·‖X_j‖ on the current weights;
+    ``metric`` (rows, f) contiguous scores of the free weights (|W_ij|·‖X_j‖ on the current weights;
     +inf excludes a weight); the ``count`` smallest over the whole matrix form the global
     residual mask, and its first ``width`` columns the local block mask (rows, width) bool.
     Ties at the threshold are taken in row-major order (the paper leaves ties open). When exactly
     ``count`` scores are ≤ the threshold (no surplus ties, the usual case) the mask is ``metric ≤
-    threshold`` on the block's columns alone; only a surplus of ties needs the whole matrix's ranks.
+    threshold`` on the block's columns alone; a surplus of ties needs the positions of all ties, in
+    row-major order (one comparison pass and ``nonzero`` of the few ties). ``scratch`` (at least
+    rows·f entries) is reused rather than allocating the comparisons afresh.
     """
     total = metric.numel()
     if count <= 0:
         return torch.zeros_like(metric[:, :width], dtype=torch.bool)
     if count >= total:
         return torch.ones_like(metric[:, :width], dtype=torch.bool)
-    threshold = kth_smallest(metric.flatten(), count)
-    if int(torch.count_nonzero(metric <= threshold)) == count:
-        return metric[:, :width] <= threshold
-    chosen = metric < threshold
-    ties = metric == threshold
-    need = count - int(chosen.sum())
-    if int(ties.sum()) > need:
-        rank = torch.cumsum(ties.flatten().to(torch.int64), 0).view_as(metric)
-        ties = ties & (rank <= need)
-    return (chosen | ties)[:, :width]
+    scratch = SelectScratch.fitting(scratch, total, metric.device)
+    chosen = kth_select(metric.view(-1), count, scratch)
+    block = metric[:, :width]
+    if chosen.n_le == count:
+        return block <= chosen.value
+    mask = block < chosen.value
+    ties = torch.eq(metric.view(-1), chosen.value, out=scratch.views(total)[1])
+    taken = torch.nonzero(ties.view_as(metric))[: count - chosen.n_lt]  # (need, 2), row-major: the first ties
+    taken = taken[taken[:, 1] < width]
+    mask[taken[:, 0], taken[:, 1]] = True
+    return mask
 
 
 def row_scores(W: Tensor, H: Tensor, kind: str) -> Tensor:
