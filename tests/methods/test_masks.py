@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from toolkit.methods import magnitude, masks, wanda
+from toolkit.methods import chunks, magnitude, wanda
 from toolkit.methods.base import LinearStats, SolveContext
 from toolkit.methods.masks import drop_lowest, keep_mask_from_scores, keep_nm
 from toolkit.spec.targets import NM, Unstructured
@@ -87,7 +87,7 @@ def test_row_chunks_give_the_unchunked_masks(monkeypatch: pytest.MonkeyPatch) ->
     scores = torch.randint(0, 4, (37, 50), generator=torch.Generator().manual_seed(9)).float()
     scores[::3] += torch.rand(13, 50, generator=torch.Generator().manual_seed(1))  # tie-free rows among tied ones
     whole = drop_lowest(scores, 21)
-    monkeypatch.setattr(masks, "ROW_CHUNK_ELEMENTS", 120)  # two rows a kthvalue call, the last chunk shorter
+    monkeypatch.setattr(chunks, "ROW_CHUNK_ELEMENTS", 120)  # two rows a kthvalue call, the last chunk shorter
     assert torch.equal(drop_lowest(scores, 21), whole)
     assert torch.equal(whole, sorted_drop(scores, 21))
 

@@ -1,7 +1,7 @@
 """The row-chunked grid, codes, dequantization and packing give exactly the whole-matrix values.
 
 The full-size passes of :mod:`toolkit.methods.quant_grid` and :mod:`toolkit.models.save_quant` go row chunk by
-row chunk (:data:`~toolkit.methods.quant_grid.CHUNK_ENTRIES` entries) so that their temporaries stay small on a
+row chunk (:data:`~toolkit.methods.chunks.ROW_CHUNK_ELEMENTS` entries) so that their temporaries stay small on a
 7B linear; here the chunk is made a few rows so every test matrix spans many chunks, and each result is compared
 bit for bit with the one-chunk run and with the formulas written out on the whole matrix. The export's tensors
 and config, built from the states without the library's compression pass, are compared with what the library
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from toolkit.methods import quant_grid
+from toolkit.methods import chunks
 from toolkit.methods.quant_grid import (
     QuantState,
     codes_on_grid,
@@ -63,7 +63,7 @@ def test_chunked_quantization_is_the_whole_matrix_one(monkeypatch: pytest.Monkey
                                                       dtype: torch.dtype) -> None:
     W = _weight(37, 160, dtype)
     expected = _whole(W, text)  # one chunk: 37 x 160 is far below the default chunk
-    monkeypatch.setattr(quant_grid, "CHUNK_ENTRIES", 3 * 160 + 7)  # 3 rows a chunk: 13 chunks, the last short
+    monkeypatch.setattr(chunks, "ROW_CHUNK_ELEMENTS", 3 * 160 + 7)  # 3 rows a chunk: 13 chunks, the last short
     spec = parse_quant(text)
     assert spec is not None
     scales, zeros = grid(W, spec)
@@ -80,7 +80,7 @@ def test_chunked_packing_round_trips_and_equals_one_pass(monkeypatch: pytest.Mon
     torch.manual_seed(bits)
     codes = torch.randint(0, 1 << bits, (29, 96), dtype=torch.uint8)
     whole = pack_codes(codes, bits)
-    monkeypatch.setattr(quant_grid, "CHUNK_ENTRIES", 2 * 96)
+    monkeypatch.setattr(chunks, "ROW_CHUNK_ELEMENTS", 2 * 96)
     packed = pack_codes(codes, bits)
     assert packed.dtype == torch.int32 and torch.equal(packed, whole)
     assert torch.equal(unpack_codes(packed, bits, (29, 96)), codes)

@@ -46,5 +46,5 @@ def test_wanda_by_row_blocks_equals_the_whole_matrix(monkeypatch: pytest.MonkeyP
     W = torch.randn(50, 32, generator=torch.Generator().manual_seed(3))
     W[7, :8] = W[7, 8:16]  # ties inside a row
     whole = keep_mask_from_scores(wanda_scores(W, stats), target, group="row")  # type: ignore[arg-type]
-    monkeypatch.setattr("toolkit.methods.wanda.ROW_CHUNK_ELEMENTS", 3 * 32)  # blocks of 3 rows, the last one short
+    monkeypatch.setattr("toolkit.methods.chunks.ROW_CHUNK_ELEMENTS", 3 * 32)  # blocks of 3 rows, the last one short
     assert torch.equal(keep_mask_by_rows(W, stats, target), whole)  # type: ignore[arg-type]

@@ -28,9 +28,10 @@ from toolkit.engine.state import RunState
 from toolkit.errors import NumericalError, ToolkitError
 from toolkit.events import MaskRefined, SublayerPruned
 from toolkit.methods.base import SOLVER_DTYPE, LinearStats, PruneResult, SolveContext
+from toolkit.methods.chunks import row_chunks
 from toolkit.methods.dsnot import dsnot_refine
 from toolkit.methods.permute import permuted_solve
-from toolkit.methods.quant_grid import bits_per_weight, row_chunks
+from toolkit.methods.quant_grid import bits_per_weight
 from toolkit.models.layers import get_weight
 from toolkit.runtime.precision import full_precision
 from toolkit.spec.targets import NM

@@ -10,26 +10,24 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from toolkit.methods.chunks import row_chunks
 from toolkit.methods.thanos_update import kth_smallest
 from toolkit.spec.targets import NM, Structured, Target, structured_count, unstructured_count
-
-ROW_CHUNK_ELEMENTS = 1 << 22  # entries per kthvalue call: it copies its input and makes int64 indices (12 B each)
 
 
 def kth_lowest(scores: Tensor, count: int) -> Tensor:
     """The ``count``-th smallest value of every row of ``scores`` (a flat tensor: of all of it), keepdim.
 
     ``torch.kthvalue`` copies its input and allocates an int64 index per entry (12 bytes an entry beside the
-    scores: 516 MiB for an 11008 × 4096 linear), so rows go through it in chunks of at most
-    :data:`ROW_CHUNK_ELEMENTS` entries; a flat tensor is bracketed by a sample first and selected within the
-    band (:func:`~toolkit.methods.thanos_update.kth_smallest`). Both give exactly ``kthvalue``'s value.
+    scores: 516 MiB for an 11008 × 4096 linear), so rows go through it in the row chunks of
+    :func:`~toolkit.methods.chunks.row_chunks`; a flat tensor is bracketed by a sample first and selected within
+    the band (:func:`~toolkit.methods.thanos_update.kth_smallest`). Both give exactly ``kthvalue``'s value.
     """
     if scores.dim() == 1:
         return kth_smallest(scores, count).reshape(1)
     rows = scores.reshape(-1, scores.shape[-1])
-    step = max(1, ROW_CHUNK_ELEMENTS // rows.shape[1])
-    parts = [torch.kthvalue(rows[i : i + step], count, dim=-1, keepdim=True).values
-             for i in range(0, rows.shape[0], step)]
+    parts = [torch.kthvalue(rows[chunk], count, dim=-1, keepdim=True).values
+             for chunk in row_chunks(rows.shape[0], rows.shape[1])]
     return torch.cat(parts).reshape(*scores.shape[:-1], 1)
 
 

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from toolkit.methods.chunks import row_chunks
 from toolkit.spec.compression import QuantSpec
 
 MIN_SCALE = 1e-5  # AWQ's clamp on (max − min): a constant group still gets a usable grid
 SCALE_BITS = 16  # scales are stored in fp16/bf16 by compressed-tensors and the runtimes
-CHUNK_ENTRIES = 1 << 22  # entries per row chunk of the full-size passes (16 MiB of float32 temporaries)
 
 
 @dataclass
@@ -88,12 +88,6 @@ def _grouped(W: Tensor, width: int) -> Tensor:
 def _expand(per_group: Tensor, width: int, columns: int) -> Tensor:
     """(out, groups) → (out, in): each group's value repeated over its columns."""
     return per_group.repeat_interleave(width, dim=1)[:, :columns]
-
-
-def row_chunks(rows: int, columns: int) -> list[slice]:
-    """Row ranges of about :data:`CHUNK_ENTRIES` entries that cover ``rows`` rows (at least one range)."""
-    step = max(1, CHUNK_ENTRIES // max(columns, 1))
-    return [slice(start, min(start + step, rows)) for start in range(0, rows, step)] or [slice(0, rows)]
 
 
 def grid(W: Tensor, spec: QuantSpec) -> tuple[Tensor, Tensor]:

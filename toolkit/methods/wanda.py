@@ -13,7 +13,8 @@ import torch
 from torch import Tensor
 
 from toolkit.methods.base import LinearStats, MethodSpec, PruneResult, SolveContext, Stat, structured_supported
-from toolkit.methods.masks import ROW_CHUNK_ELEMENTS, keep_mask_from_scores
+from toolkit.methods.chunks import row_chunks
+from toolkit.methods.masks import keep_mask_from_scores
 from toolkit.spec.targets import Structured, Target
 
 
@@ -39,17 +40,15 @@ def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: WandaConfig
 def keep_mask_by_rows(W: Tensor, stats: LinearStats, target: Target) -> Tensor:
     """The keep-mask of S = |W| ⊙ ‖X_j‖, scored a block of rows at a time where rows are independent.
 
-    Per-row and n:m groups never span rows, so each block of ``ROW_CHUNK_ELEMENTS`` entries is scored and
-    selected alone: the mask is exactly the whole matrix's, without an (out, in) float32 score beside W
+    Per-row and n:m groups never span rows, so each chunk of rows (:func:`~toolkit.methods.chunks.row_chunks`)
+    is scored and selected alone: the mask is exactly the whole matrix's, without an (out, in) float32 score beside W
     (180 MiB for a 7B MLP linear). A structured target compares columns over all rows: scored whole.
     """
     if isinstance(target, Structured):
         return keep_mask_from_scores(wanda_scores(W, stats), target, group="row")
-    step = max(1, ROW_CHUNK_ELEMENTS // max(1, W.shape[1]))
     keep = torch.empty(W.shape, dtype=torch.bool, device=W.device)
-    for start in range(0, W.shape[0], step):
-        keep[start : start + step] = keep_mask_from_scores(wanda_scores(W[start : start + step], stats), target,
-                                                           group="row")
+    for chunk in row_chunks(W.shape[0], W.shape[1]):
+        keep[chunk] = keep_mask_from_scores(wanda_scores(W[chunk], stats), target, group="row")
     return keep
 
 

@@ -34,7 +34,8 @@ import torch
 from torch import Tensor, nn
 
 from toolkit.errors import ToolkitError
-from toolkit.methods.quant_grid import QuantState, dequantize, row_chunks
+from toolkit.methods.chunks import row_chunks
+from toolkit.methods.quant_grid import QuantState, dequantize
 from toolkit.models.save import save_checkpoint
 from toolkit.models.shrunk import mark_per_layer, structure_record
 from toolkit.models.tokenizers import TextCodec
