@@ -316,7 +316,10 @@ python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four run
         "`digest_tiny_engine_before` → `digest_tiny_engine_after`: 14 tiny-llama runs (16 × 128 calibration "
         "tokens) at `19b6a00` and at `1689509`, around the engine-floor changes (no copy of W for the methods that "
         "only read it, Wanda's row blocks, Thanos's exact selection from a fixed sample, in-place solve updates, "
-        "row-chunked quantization grids and packing, `--error`), float32 path.",
+        "row-chunked quantization grids and packing, `--error`), float32 path. `digest_tiny_engine_after` → "
+        "`digest_tiny_select_after`: the same 14 runs at `e0af220`, after Thanos's residual mask took its counts "
+        "from the sampled band and reused its buffers, and one row-chunk rule (`toolkit/methods/chunks.py`) "
+        "replaced two.",
         """python -m benchmarks.weights_digest --runs magnitude@50% magnitude@2:4 wanda@50% wanda@2:4 sparsegpt@50% \\
       sparsegpt@2:4 thanos@50% thanos@2:4 fista@50% fista@2:4 --json benchmarks/results/digest_after_contract.jsonl
 python -m benchmarks.weights_digest --compare benchmarks/results/digest_before_contract.jsonl \\

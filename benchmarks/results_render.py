@@ -327,7 +327,8 @@ DIGEST_PAIRS = [("digest_before_contract.jsonl", "digest_after_contract.jsonl"),
                 ("digest_house_before.jsonl", "digest_house_after.jsonl"),
                 ("digest_after_contract.jsonl", "digest_house_ten.jsonl"),
                 ("digest_tiny_house_after.jsonl", "digest_tiny_scale.jsonl"),
-                ("digest_tiny_engine_before.jsonl", "digest_tiny_engine_after.jsonl")]
+                ("digest_tiny_engine_before.jsonl", "digest_tiny_engine_after.jsonl"),
+                ("digest_tiny_engine_after.jsonl", "digest_tiny_select_after.jsonl")]
 
 
 def abs_sum_gap(before: Record, after: Record) -> float:
