@@ -53,7 +53,7 @@ class Relaxed:
     ramp = 0
     quant_from = 1
 
-    def __call__(self, Z: torch.Tensor, step: int) -> Iterate:
+    def __call__(self, Z: torch.Tensor, step: int, current: Iterate | None = None) -> Iterate:
         return Iterate(Z)
 
     def finalize(self, iterate: Iterate) -> Iterate:

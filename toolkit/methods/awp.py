@@ -119,8 +119,10 @@ class AWPConfig:
     tol: float = option(1e-4, "threshold of the stop rule (paper 1e-4)")
     keep_best: bool = option(False, "return the best feasible iterate instead of the last one (not in the paper; "
                              "notes A18)")
-    grid_update: str = option("recompute", "quantization grid recomputed from Z every step, or frozen at the "
-                              "first grid (notes A6)", choices=("recompute", "frozen"))
+    grid_update: str = option("recompute", "quantization grid recomputed from Z every step, frozen at the "
+                              "first grid (notes A6), or nearest: per group the nearer of Z's grid and the "
+                              "current iterate's (not in the paper; docs/methods/awp.md)",
+                              choices=("recompute", "frozen", "nearest"))
     joint_order: str = option("prune_first", "joint projection: Proj_INT(Proj_row(Z)) (paper's experiments) or "
                               "Proj_row(Proj_INT(Z))", choices=("prune_first", "quant_first"))
     joint_init: str = option("wanda", "joint Θ0: Wanda's solution at the target (default: from W the ramp "
@@ -180,13 +182,13 @@ def _setup(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig,
            ) -> tuple[Iterate, Projector, int, float]:
     """(Θ0, projector, iterations, η scale) of the mode chosen by ``target`` and ``ctx.quant``."""
     spec = ctx.quant
-    frozen = cfg.grid_update == "frozen"
+    frozen, nearest = cfg.grid_update == "frozen", cfg.grid_update == "nearest"
     if target is None:
         assert spec is not None
         state = quantize(W, spec)
         grid = (state.scales, state.zeros) if frozen else None
-        return (Iterate(dequantize(state), None, state), Projector(None, spec, frozen=frozen, grid=grid),
-                _count(cfg, cfg.quant_iters), cfg.quant_eta)
+        projector = Projector(None, spec, frozen=frozen, grid=grid, nearest=nearest)
+        return Iterate(dequantize(state), None, state), projector, _count(cfg, cfg.quant_iters), cfg.quant_eta
     assert isinstance(target, Unstructured | NM)
     if spec is None:
         return (_wanda_init(W, stats, target, ctx), Projector(target, None), _count(cfg, cfg.prune_iters),
@@ -196,7 +198,7 @@ def _setup(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig,
         init = _wanda_init(W, stats, target, ctx)
         init.feasible = False
     projector = Projector(target, spec, ramp=cfg.ramp_iters, quant_from=cfg.ramp_iters + cfg.hold_iters + 1,
-                          order=cfg.joint_order, frozen=frozen)
+                          order=cfg.joint_order, frozen=frozen, nearest=nearest)
     return init, projector, cfg.ramp_iters + cfg.hold_iters + _count(cfg, cfg.joint_iters), cfg.joint_eta
 
 

@@ -10,7 +10,9 @@ quantized; then Θ = dequantize(state) exactly).
   paper).
 - ``Proj_INTb``: round-to-nearest on the asymmetric (or symmetric) min-max grid of
   :mod:`toolkit.methods.quant_grid`, recomputed from the projected matrix at every call (A6), or frozen at the
-  first grid the projector computed (``frozen=True``).
+  first grid the projector computed (``frozen=True``), or the nearer of the two per group
+  (``nearest=True``): the grid of Z or the current iterate's grid, whichever puts the rounded
+  group closer to Z (:func:`nearer_grid`).
 - joint (§1.5c): ``prune_first`` = Proj_INT(Proj_row(Z)) (the paper's experiments: the grid is the
   min-max of the pruned matrix, zeros included), ``quant_first`` = Proj_row(Proj_INT(Z)) (the
   paper's other option: the grid of Z, then pruning). Either way pruned weights get the group's
@@ -29,7 +31,15 @@ import torch
 from torch import Tensor
 
 from toolkit.methods.masks import keep_nm, keep_topk_per_row
-from toolkit.methods.quant_grid import QuantState, codes_on_grid, dequantize, mask_state, quantize
+from toolkit.methods.quant_grid import (
+    QuantState,
+    codes_on_grid,
+    dequantize,
+    group_width,
+    mask_state,
+    num_groups,
+    quantize,
+)
 from toolkit.spec.compression import QuantSpec
 from toolkit.spec.targets import NM, Unstructured
 
@@ -116,6 +126,30 @@ def project_sparse(Z: Tensor, target: SparseTarget) -> tuple[Tensor, Tensor]:
     return P, mask.keep
 
 
+def group_sq(E: Tensor, spec: QuantSpec) -> Tensor:
+    """(out, groups): the sum of E² over each group of ``spec`` (a short last group summed as it is)."""
+    rows, cols = E.shape
+    width, groups = group_width(spec, cols), num_groups(spec, cols)
+    padded = torch.nn.functional.pad(E * E, (0, groups * width - cols))
+    return padded.reshape(rows, groups, width).sum(dim=2)
+
+
+def nearer_grid(Z: Tensor, fitted: QuantState, current: QuantState) -> QuantState:
+    """Per group, Z rounded on ``fitted``'s grid (Z's min-max grid) or on ``current``'s, whichever is nearer Z.
+
+    ``current`` is the iterate Θ's own state, so Θ lies on its grid and rounding Z there is at least as near
+    Z as Θ is: ‖Proj(Z) − Z‖ ≤ ‖Θ − Z‖ group by group, the inequality behind the descent argument of
+    projected gradient. The min-max grid of Z alone breaks it (docs/methods/awp.md, *Why INT3
+    stop=gradient diverges*). Ties keep the current grid.
+    """
+    spec = fitted.spec
+    kept = QuantState(codes_on_grid(Z, current.scales, current.zeros, spec), current.scales, current.zeros, spec)
+    old = group_sq(Z - dequantize(kept), spec) <= group_sq(Z - dequantize(fitted), spec)  # (out, groups)
+    old_cols = old.repeat_interleave(group_width(spec, Z.shape[1]), dim=1)[:, :Z.shape[1]]
+    return QuantState(torch.where(old_cols, kept.codes, fitted.codes), torch.where(old, kept.scales, fitted.scales),
+                      torch.where(old, kept.zeros, fitted.zeros), spec)
+
+
 def ramp_target(target: SparseTarget, step: int, ramp: int) -> SparseTarget:
     """The sparsity projected at ``step`` (1-based): fraction·step/ramp per row while step < ramp."""
     if ramp <= 0 or step >= ramp:
@@ -130,6 +164,8 @@ class Projector:
     ``ramp``: steps over which the pruned fraction grows from 0 (joint); ``quant_from``: the first
     step whose projection quantizes (joint: ramp + hold + 1; 1 otherwise). Calling it with ``step``
     (1-based) returns the projected iterate; :meth:`finalize` maps any iterate into the final set.
+    ``nearest``: each group takes the nearer of Z's own grid and the current iterate's grid
+    (:func:`nearer_grid`; the current iterate is passed to the call).
     """
 
     target: SparseTarget | None
@@ -139,6 +175,7 @@ class Projector:
     order: str = "prune_first"
     frozen: bool = False
     grid: tuple[Tensor, Tensor] | None = None  # the frozen (scales, zeros), set on first use
+    nearest: bool = False
     last: tuple[SparseTarget, RowMask] | None = field(default=None, repr=False)  # previous Proj_row
 
     def sparse(self, Z: Tensor, target: SparseTarget) -> tuple[Tensor, Tensor]:
@@ -148,8 +185,11 @@ class Projector:
         self.last = (target, mask)
         return P, mask.keep
 
-    def quantize(self, Z: Tensor) -> QuantState:
-        """Proj_INT of Z: codes on the recomputed grid of Z, or on the frozen grid."""
+    def quantize(self, Z: Tensor, current: QuantState | None = None) -> QuantState:
+        """Proj_INT of Z: codes on the recomputed grid of Z, on the frozen grid, or (``nearest``) per group.
+
+        ``nearest``: per group the nearer of Z's grid and ``current``'s (the iterate's state; None: Z's grid).
+        """
         assert self.spec is not None
         if self.frozen and self.grid is not None:
             scales, zeros = self.grid
@@ -157,28 +197,31 @@ class Projector:
         state = quantize(Z, self.spec)
         if self.frozen:
             self.grid = (state.scales, state.zeros)
+        if self.nearest and current is not None:
+            return nearer_grid(Z, state, current)
         return state
 
-    def joint(self, Z: Tensor, target: SparseTarget) -> Iterate:
+    def joint(self, Z: Tensor, target: SparseTarget, current: QuantState | None = None) -> Iterate:
         """Proj_INT(Proj_row(Z)) or Proj_row(Proj_INT(Z)); pruned codes set to the zero point."""
         if self.order == "prune_first":
             P, keep = self.sparse(Z, target)
-            state = mask_state(self.quantize(P), keep)
+            state = mask_state(self.quantize(P, current), keep)
         else:
-            state = self.quantize(Z)
+            state = self.quantize(Z, current)
             _, keep = self.sparse(dequantize(state), target)
             state = mask_state(state, keep)
         return Iterate(dequantize(state), keep, state)
 
-    def __call__(self, Z: Tensor, step: int) -> Iterate:
-        """Θ^(step) = Proj_𝒞(Z^(step−1)) under the schedule."""
+    def __call__(self, Z: Tensor, step: int, current: Iterate | None = None) -> Iterate:
+        """Θ^(step) = Proj_𝒞(Z^(step−1)) under the schedule; ``current`` = Θ^(step−1) (used by ``nearest``)."""
         quantizes = self.spec is not None and step >= self.quant_from
+        state_now = current.state if current is not None else None
         if self.target is None:
-            state = self.quantize(Z)
+            state = self.quantize(Z, state_now)
             return Iterate(dequantize(state), None, state)
         target = ramp_target(self.target, step, self.ramp)
         if quantizes:
-            return self.joint(Z, target)
+            return self.joint(Z, target, state_now)
         P, keep = self.sparse(Z, target)
         return Iterate(P, keep, None, feasible=self.spec is None and target == self.target)
 

@@ -120,7 +120,7 @@ class Stepper:
 
     def _take(self, q: Quadratic, it: Iterate, G: Tensor, project: Projector, t: int, eta: float) -> Trial:
         Z = it.theta + eta * G  # not torch.add(alpha=η): fused rounding changes Θ by ~1e-7
-        new = project(Z, t)
+        new = project(Z, t, it)
         G_new, objective = q.residual(new.theta)
         self.evaluations += 1
         return Trial(new, Z, G_new, objective, eta)
