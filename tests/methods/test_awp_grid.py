@@ -110,3 +110,14 @@ def test_projector_without_the_current_iterate_uses_the_grid_of_z() -> None:
 def test_unknown_grid_update_is_refused() -> None:
     with pytest.raises(ToolkitError, match="grid_update"):
         awp.SPEC.make_config({"grid_update": "nearer"})
+
+
+def test_scale_change_is_traced_against_rtn(massive_channel) -> None:
+    W, stats = massive_channel
+    moved: list = []
+    solve(W, stats, None, INT3, moved, iterations=20, max_events=20)
+    kept: list = []
+    solve(W, stats, None, INT3, kept, iterations=20, max_events=20, grid_update="frozen")
+    trace = [e.values["scale_change"] for e in moved if isinstance(e, SolverStep)]
+    assert trace[0] == 0.0 and trace[-1] > 1e-3
+    assert all(e.values["scale_change"] == 0.0 for e in kept if isinstance(e, SolverStep))

@@ -97,7 +97,7 @@ from toolkit.methods.base import (
     option,
 )
 from toolkit.methods.quant_base import all_kept, checked_gram, sparse_target, stats_on
-from toolkit.methods.quant_grid import dequantize, quantize
+from toolkit.methods.quant_grid import QuantState, dequantize, quantize
 from toolkit.spec.compression import QuantSpec
 from toolkit.spec.targets import NM, Target, Unstructured
 
@@ -233,8 +233,8 @@ def _info(mode: str, out: Outcome, trace: Trace, schedule: Schedule) -> dict:
 
 
 def _trace(W: Tensor, C: Tensor, cfg: AWPConfig, projector: Projector, eta_scale: float,
-           reference: Tensor | None) -> Trace:
-    """‖C‖_F, ‖C‖₂ (power iteration), the stepper of ``cfg.step`` and RTN's codes for the diagnosis."""
+           reference: QuantState | None) -> Trace:
+    """‖C‖_F, ‖C‖₂ (power iteration), the stepper of ``cfg.step`` and RTN's codes and scales for the diagnosis."""
     c_fro = float(torch.linalg.norm(C))
     c_spec = spectral_norm(C, cfg.power_iters) if c_fro > 0 else 0.0
     header = {"c_fro": c_fro, "c_spec": c_spec, "c_ratio": c_fro / c_spec if c_spec > 0 else math.nan,
@@ -242,7 +242,8 @@ def _trace(W: Tensor, C: Tensor, cfg: AWPConfig, projector: Projector, eta_scale
               "diag_ratio": float(torch.diagonal(C).median()) / c_spec if c_spec > 0 else math.nan}
     stepper = make_stepper(cfg.step, c_fro, c_spec, eta_scale, cfg.spectral_scale, projector) if c_spec > 0 \
         else make_stepper("paper", 1.0, 1.0, 0.0, 1.0, projector)
-    return Trace(stepper, header, reference)
+    return Trace(stepper, header, None if reference is None else reference.codes,
+                 None if reference is None else reference.scales)
 
 
 def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig, ctx: SolveContext) -> PruneResult:
@@ -258,8 +259,8 @@ def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig, 
     W = W.to(SOLVER_DTYPE)
     C = checked_gram(W, stats, ctx, "awp")
     init, projector, iterations, eta_scale = _setup(W, stats_on(C, stats), target, cfg, ctx)
-    reference = None if ctx.quant is None else init.state.codes if init.state is not None and target is None \
-        else quantize(W, ctx.quant).codes
+    reference = None if ctx.quant is None else init.state if init.state is not None and target is None \
+        else quantize(W, ctx.quant)
     trace = _trace(W, C, cfg, projector, eta_scale, reference)
     if not trace.header["c_spec"] > 0:
         ctx.warn("awp: C = 0 (every input of this linear is zero); returning the initial point")

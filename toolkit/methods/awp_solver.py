@@ -54,14 +54,16 @@ class Schedule:
 class Trace:
     """What the solver panel shows beyond the objective: the step rule, header values, RTN's codes.
 
-    ``header``: values of step 0 (‖C‖_F, ‖C‖₂, their ratio); ``rtn_codes``: the codes of
-    round-to-nearest on W (quantizing runs), against which every emitted step counts the fraction of
-    codes that changed (``codes_changed``).
+    ``header``: values of step 0 (‖C‖_F, ‖C‖₂, their ratio); ``rtn_codes``, ``rtn_scales``: the codes and
+    scales of round-to-nearest on W (quantizing runs), against which every emitted step counts the fraction
+    of codes that changed (``codes_changed``) and how far the grid moved (``scale_change``
+    ‖s − s_RTN‖_F/‖s_RTN‖_F).
     """
 
     stepper: Stepper | None = None
     header: dict[str, float] = field(default_factory=dict)
     rtn_codes: Tensor | None = None
+    rtn_scales: Tensor | None = None
 
 
 @dataclass
@@ -132,7 +134,7 @@ def _grad_ratio(q: Quadratic, G: Tensor, it: Iterate, masked: bool) -> float:
 
 
 def _values(q: Quadratic, prev: Iterate | None, new: Iterate, Z: Tensor | None, trace: Trace) -> dict[str, float]:
-    """Per-step trace values: projection distance, step size, sparsity, mask churn, bits, loss, codes changed.
+    """Per-step trace values: projection distance, step size, sparsity, mask churn, bits, loss, codes and scales moved.
 
     ``loss`` is f = tr((W − Θ)C(W − Θ)ᵀ) itself (the objective field is its relative square root);
     ``prev``/``Z`` None (step 0, a final step) leaves out the values that need them.
@@ -145,6 +147,9 @@ def _values(q: Quadratic, prev: Iterate | None, new: Iterate, Z: Tensor | None, 
     changed = _codes_changed(new, trace)
     if math.isfinite(changed):
         values["codes_changed"] = changed
+    if new.state is not None and trace.rtn_scales is not None and new.state.scales.shape == trace.rtn_scales.shape:
+        values["scale_change"] = float(torch.linalg.norm(new.state.scales - trace.rtn_scales)
+                                       / torch.linalg.norm(trace.rtn_scales))
     if new.keep is not None:
         values["sparsity"] = 1.0 - int(torch.count_nonzero(new.keep)) / new.keep.numel()
         if prev is not None and prev.keep is not None:
