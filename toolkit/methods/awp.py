@@ -50,7 +50,8 @@ quantization stall above: AWQ's scaling beats RTN's grid, which the joint iterat
 
 Open choices, each an option: ``stop_rule`` (A5; ``auto`` = the paper's ‖∇f1‖_F/‖W‖_F < ``tol``
 in prune mode and fixed counts otherwise), ``keep_best`` (A18; off = Algorithm 1's last iterate),
-``grid_update`` (A6), ``joint_order`` (§1.5c), ``joint_init`` (A7), iteration counts, η scales,
+``grid_update`` (A6; ``nearest`` keeps ‖Proj(Z) − Z‖ ≤ ‖Θ − Z‖ per group, docs/methods/awp.md),
+``joint_order`` (§1.5c), ``joint_init`` (A7), iteration counts, η scales,
 ramp lengths, the divergence bound, the event budget and ``step_dtype`` (float32; ``bfloat16``
 runs the per-step matmul (W − Θ)C in bf16, which the paper does not do: the per-step matmuls are
 6.3 of a smollm2 layer's 9.4 solve seconds on the CPU, so this is the lever on solve time,
