@@ -9,7 +9,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from benchmarks.results_permute import NM_PATTERNS, _commit
-from benchmarks.results_read import Lines, Record, Section, first_value, newest_by_run, records_of, table_lines
+from benchmarks.results_read import (
+    RESULTS,
+    Lines,
+    Record,
+    Section,
+    first_value,
+    newest_by_run,
+    records_of,
+    table_lines,
+)
 
 METHODS = ("magnitude", "wanda", "ria", "sparsegpt", "thanos", "fista", "alps", "awp")  # the linear-scope pruners
 BASELINE = "sparsegpt"
@@ -168,12 +177,23 @@ def render_oneshot(paths: list[Path]) -> Lines:
             *(permute_line(cells, pattern) for pattern in NM_PATTERNS)]
 
 
+CELLS = "cpu_oneshot_cells.jsonl"
+
+
+def cells_command(path: Path) -> str:
+    """The command that measures the run names of ``path`` (one process each, as they were run), in file order."""
+    names = list(dict.fromkeys(r["run"] for r in records_of([path]))) if path.exists() else []
+    quoted = " \\\n  ".join(" ".join(f'"{n}"' for n in names[i:i + 5]) for i in range(0, len(names), 5))
+    return (f"for r in {quoted}; do\n  OMP_NUM_THREADS=1 python -m benchmarks.bench_prune --runs \"$r\" --no-dense "
+            f"--json benchmarks/results/{path.name}\ndone\n# the other files: the commands of their own sections above")
+
+
 ONESHOT_SECTIONS = (
     Section(
         "One-shot frontier: every linear-scope pruning method at 50/60/70 %, 2:4 and 4:8, ± --permute "
         "(all 210 windows)",
         ("cpu_full_baselines.jsonl", "cpu_full_fista_thanos.jsonl", "cpu_full_48.jsonl", "cpu_full_fista_more.jsonl",
-         "cpu_awp_full.jsonl", "cpu_ria.jsonl", "cpu_permute.jsonl", "cpu_oneshot_cells.jsonl"),
+         "cpu_awp_full.jsonl", "cpu_ria.jsonl", "cpu_permute.jsonl", CELLS),
         render_oneshot,
         "`smollm2-135m`, CPU protocol: calibration wiki train 32 × 512 tokens, seed 0; evaluation wiki test, "
         "seqlen 512, all windows; no quantization, no structured unit. Only these files' prune records of that "
@@ -183,10 +203,6 @@ ONESHOT_SECTIONS = (
         "measured\"; the mean relative layer output error is \"not recorded\" for runs from before "
         "`bench_prune` recorded it. The second model of this frontier, Gemma-3-270M base, is not measured: "
         "the measuring host has no model download.",
-        """for r in magnitude@60% thanos@60% alps@50% ria@60% sparsegpt@60% wanda@60% alps@2:4 \\
-  "thanos@4:8:alpha=0.1,permute=1" "ria@4:8:permute=1" magnitude@70% thanos@70% ria@70% fista@60% alps@70% \\
-  alps@4:8; do OMP_NUM_THREADS=1 python -m benchmarks.bench_prune --runs "$r" --no-dense \\
-  --json benchmarks/results/cpu_oneshot_cells.jsonl; done
-# the other files: the commands of their own sections above""",
+        cells_command(RESULTS / CELLS),
     ),
 )

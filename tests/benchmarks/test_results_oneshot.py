@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.results_oneshot import permute_line, render_oneshot, select_cells, winner_line
+from benchmarks.results_oneshot import cells_command, permute_line, render_oneshot, select_cells, winner_line
 
 PROTOCOL = {"calibration": {"source": "wiki", "split": "train", "nsamples": 32, "seqlen": 512, "seed": 0},
             "evaluation": {"dataset": "wiki", "split": "test", "seqlen": 512, "windows": 210, "all_windows": True}}
@@ -85,3 +85,14 @@ def test_permute_pairs_say_where_it_helps_and_where_it_does_not() -> None:
     assert "No pair measured for magnitude, ria, thanos, fista, alps, awp." in line
     assert permute_line(cells, "4:8").startswith("- **4:8**: `--permute` helps: none of the measured pairs. It does "
                                                  "not help: none of the measured pairs. No pair measured for")
+
+
+def test_the_command_names_the_files_runs_once_each_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "cells.jsonl"
+    names = ["alps@50%", "ria@60%", "alps@50%", "a@1%", "b@2%", "c@3%", "thanos@4:8:alpha=0.1,permute=1"]
+    path.write_text("".join(json.dumps({"run": n}) + "\n" for n in names))
+    assert cells_command(path).splitlines()[:3] == [
+        'for r in "alps@50%" "ria@60%" "a@1%" "b@2%" "c@3%" \\',
+        '  "thanos@4:8:alpha=0.1,permute=1"; do',
+        '  OMP_NUM_THREADS=1 python -m benchmarks.bench_prune --runs "$r" --no-dense '
+        '--json benchmarks/results/cells.jsonl']
