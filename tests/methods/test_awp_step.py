@@ -130,7 +130,7 @@ def test_the_trace_carries_the_loss_the_c_ratio_and_the_codes_changed_from_rtn(p
     assert all("eta" in e.values for e in steps[1:-1])
 
 
-@pytest.mark.parametrize("step", ["paper", "spectral", "backtracking"])
+@pytest.mark.parametrize("step", ["paper", "spectral", "jacobi", "backtracking"])
 def test_dead_inputs_give_finite_results_for_every_step(problem, step) -> None:
     W, stats = problem
     C = stats.gram.clone()

@@ -57,7 +57,8 @@ runs the per-step matmul (W − Θ)C in bf16, which the paper does not do: the p
 6.3 of a smollm2 layer's 9.4 solve seconds on the CPU, so this is the lever on solve time,
 measured in the README).
 Step size (``step``, :mod:`toolkit.methods.awp_step`): ``paper`` (η = scale/‖C‖_F above), ``spectral``
-(η = spectral_scale/‖C‖₂, the 1/L step of f), ``backtracking`` (Armijo from 2/‖C‖₂, monotone);
+(η = spectral_scale/‖C‖₂, the 1/L step of f), ``jacobi`` (ours: a step per input, η G diag(C)⁻¹ with
+η = spectral_scale/‖D^-½ C D^-½‖₂), ``backtracking`` (Armijo from 2/‖C‖₂, monotone);
 ``iterations`` replaces the last phase's count and ``stop=gradient`` applies the paper's pruning rule
 (‖∇f1‖_F/‖W‖_F < tol or 200 iterations) in every mode. Measured on smollm2, ‖C‖_F/‖C‖₂ is 1.0-2.2
 per linear (one direction dominates C), so the paper's step is already ≈ 1.5/‖C‖₂: the stall is the
@@ -86,7 +87,7 @@ from toolkit.errors import ToolkitError
 from toolkit.methods import wanda
 from toolkit.methods.awp_projection import Iterate, Projector
 from toolkit.methods.awp_solver import STOP_RULES, Outcome, Quadratic, Schedule, Trace, run_pgd
-from toolkit.methods.awp_step import GRADIENT_STOP_ITERS, STEPS, STOPS, make_stepper, spectral_norm
+from toolkit.methods.awp_step import GRADIENT_STOP_ITERS, STEPS, STOPS, jacobi_stepper, make_stepper, spectral_norm
 from toolkit.methods.base import (
     SOLVER_DTYPE,
     LinearStats,
@@ -131,9 +132,11 @@ class AWPConfig:
     diverge: float = option(10.0, "declare divergence when ‖(W−Θ)C^½‖/‖WC^½‖ exceeds this (Θ = 0 gives 1)")
     max_events: int = option(100, "at most this many SolverStep events per linear (0 = none)")
     step: str = option("paper", "step size: paper = the mode's eta scale / ‖C‖_F (the paper's), spectral = "
-                       "spectral_scale / ‖C‖₂ (1/L of f), backtracking = Armijo line search from 2/‖C‖₂ "
-                       "(not in the paper; docs/methods/awp.md)", choices=STEPS)
-    spectral_scale: float = option(1.0, "step=spectral: η = spectral_scale / ‖C‖₂ (1 = the 1/L step)")
+                       "spectral_scale / ‖C‖₂ (1/L of f), jacobi = a step per input, G·diag(C)⁻¹ times "
+                       "spectral_scale / ‖D^-½ C D^-½‖₂, backtracking = Armijo line search from 2/‖C‖₂ "
+                       "(jacobi and backtracking are not in the paper; docs/methods/awp.md)", choices=STEPS)
+    spectral_scale: float = option(1.0, "step=spectral and jacobi: η = spectral_scale / the norm (1 = the 1/L "
+                                   "step)")
     power_iters: int = option(20, "power iterations estimating ‖C‖₂ (one (in, in) matrix-vector product each)")
     iterations: int = option(-1, "iterations of the mode's last phase (quant_iters, prune_iters or joint_iters); "
                              "-1 = those options (or 200 with stop=gradient)")
@@ -241,8 +244,11 @@ def _trace(W: Tensor, C: Tensor, cfg: AWPConfig, projector: Projector, eta_scale
     header = {"c_fro": c_fro, "c_spec": c_spec, "c_ratio": c_fro / c_spec if c_spec > 0 else math.nan,
               # median C_jj/‖C‖₂: η·C_jj is the share of the way to its own optimum a step moves weight j
               "diag_ratio": float(torch.diagonal(C).median()) / c_spec if c_spec > 0 else math.nan}
-    stepper = make_stepper(cfg.step, c_fro, c_spec, eta_scale, cfg.spectral_scale, projector) if c_spec > 0 \
-        else make_stepper("paper", 1.0, 1.0, 0.0, 1.0, projector)
+    if cfg.step == "jacobi" and c_spec > 0:
+        stepper, header["c_scaled_spec"] = jacobi_stepper(C, cfg.spectral_scale, cfg.power_iters)
+    else:
+        stepper = make_stepper(cfg.step, c_fro, c_spec, eta_scale, cfg.spectral_scale, projector) if c_spec > 0 \
+            else make_stepper("paper", 1.0, 1.0, 0.0, 1.0, projector)
     return Trace(stepper, header, None if reference is None else reference.codes,
                  None if reference is None else reference.scales)
 

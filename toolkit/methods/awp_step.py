@@ -1,4 +1,4 @@
-"""AWP's step size: the paper's η = scale/‖C‖_F, the spectral step 1/L, and an Armijo line search.
+"""AWP's step size: the paper's η = scale/‖C‖_F, the spectral step 1/L, a Jacobi step, an Armijo line search.
 
 Objective and scaling. ``run_pgd`` steps Z = Θ + η G with G = (W − Θ)C = −½∇f, f(Θ) = tr((W − Θ)C(W − Θ)ᵀ).
 ∇f = −2(W − Θ)C is Lipschitz with L = 2‖C‖₂ (‖·‖₂ the largest eigenvalue of the PSD C), so the textbook
@@ -11,6 +11,14 @@ directions with small eigenvalues then contract by only 1 − 1.5λ/‖C‖_F pe
 
 ‖C‖₂ comes from ``power_iters`` power iterations (one (in, in) matrix-vector product each) started from
 √diag(C); the Rayleigh quotient is ≤ ‖C‖₂, so the estimate errs towards a slightly larger η.
+
+``jacobi`` (ours, not in the paper): a step per input, Z = Θ + η G D⁻¹ with D = diag(C). It is the
+spectral step of the same f in the scaled variables Θ̃ = Θ D^½, where f = tr((W̃ − Θ̃) C̃ (W̃ − Θ̃)ᵀ) with
+C̃ = D^-½ C D^-½ (unit diagonal), so η = spectral_scale/‖C̃‖₂. Where one direction carries C's energy
+(measured on smollm2: ‖C‖_F ≈ ‖C‖₂) the unscaled step moves weight j by η·C_jj ≈ 0.4 % of the way to its
+own optimum; this step moves it by η·1 of the way, as GPTQ's per-column update does in effect. The
+projection is the same nearest-grid / top-k projection in the unscaled weights. Dead inputs (C_jj = 0)
+get no step.
 
 ``backtracking`` (Armijo, projected): at step t the trial steps are η₀, βη₀, β²η₀, … (β = ``shrink``);
 the first whose projected iterate Θ⁺ = Proj(Θ + ηG) satisfies the sufficient decrease
@@ -35,7 +43,7 @@ from torch import Tensor
 
 from toolkit.methods.awp_projection import Iterate, Projector
 
-STEPS = ("paper", "spectral", "backtracking")
+STEPS = ("paper", "spectral", "jacobi", "backtracking")
 STOPS = ("fixed", "gradient")
 GRADIENT_STOP_ITERS = 200  # the paper's pruning cap, used by stop=gradient unless iterations is given
 
@@ -97,6 +105,7 @@ class Stepper:
     sigma: float = 1e-4
     shrink: float = 0.5
     max_trials: int = 30
+    precond: Tensor | None = None  # (in,) per-input factor on G (jacobi: 1/C_jj, 0 for dead inputs)
     evaluations: int = 0  # residuals computed (each one (out, in) × (in, in) matmul)
     last: float = field(default=0.0)
 
@@ -119,7 +128,8 @@ class Stepper:
         return None
 
     def _take(self, q: Quadratic, it: Iterate, G: Tensor, project: Projector, t: int, eta: float) -> Trial:
-        Z = it.theta + eta * G  # not torch.add(alpha=η): fused rounding changes Θ by ~1e-7
+        step = G if self.precond is None else G * self.precond
+        Z = it.theta + eta * step  # not torch.add(alpha=η): fused rounding changes Θ by ~1e-7
         new = project(Z, t, it)
         G_new, objective = q.residual(new.theta)
         self.evaluations += 1
@@ -144,3 +154,17 @@ def make_stepper(kind: str, c_fro: float, c_spec: float, paper_scale: float, spe
     if kind == "spectral":
         return Stepper("spectral", spectral)
     return Stepper("backtracking", spectral, first=2.0 / c_spec, settled_from=settled_from(project))
+
+
+def jacobi_stepper(C: Tensor, spectral_scale: float, power_iters: int) -> tuple[Stepper, float]:
+    """The ``jacobi`` stepper for C: η = spectral_scale/‖C̃‖₂ on G D⁻¹, C̃ = D^-½ C D^-½; and ‖C̃‖₂.
+
+    ‖C̃‖₂ by ``power_iters`` power iterations on the scaled copy (one (in, in) product, once per linear).
+    """
+    diag = torch.diagonal(C)
+    live = diag > 0
+    inv_sqrt = torch.where(live, diag.clamp_min(torch.finfo(C.dtype).tiny).rsqrt(), torch.zeros_like(diag))
+    scaled_norm = spectral_norm(C * inv_sqrt.unsqueeze(0) * inv_sqrt.unsqueeze(1), power_iters)
+    if not scaled_norm > 0:
+        return Stepper("jacobi", 0.0, precond=inv_sqrt**2), 0.0
+    return Stepper("jacobi", spectral_scale / scaled_norm, precond=inv_sqrt**2), scaled_norm
