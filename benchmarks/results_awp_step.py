@@ -15,8 +15,15 @@ from benchmarks.results_read import Lines, Record, Section, commits, num, record
 
 GRIDS = ("int4:g128", "int3:g128", "50%+int4:g128")
 BASELINES = ("rtn", "gptq", "awq", "wanda+awq", "awq+wanda")  # the last two: the joint row's pipelines
-VARIANTS = (("paper", "step=paper"), ("spectral", "step=spectral"), ("backtracking", "step=backtracking"),
-            ("gradient", "stop=gradient"))
+VARIANTS: tuple[tuple[str, str, dict[str, str]], ...] = (  # (key, column label, the run's AWP options)
+    ("paper", "step=paper", {}),
+    ("spectral", "step=spectral", {"step": "spectral"}),
+    ("backtracking", "step=backtracking", {"step": "backtracking"}),
+    ("nearest", "grid_update=nearest", {"grid_update": "nearest"}),
+    ("gradient", "stop=gradient", {"stop": "gradient"}),
+    ("gradient+best", "stop=gradient, keep_best", {"stop": "gradient", "keep_best": "true"}),
+    ("gradient+nearest", "stop=gradient, grid_update=nearest", {"stop": "gradient", "grid_update": "nearest"}),
+)
 
 
 def _grid(record: Record) -> str:
@@ -26,12 +33,9 @@ def _grid(record: Record) -> str:
 
 
 def _variant(record: Record) -> str | None:
-    """The step variant of an AWP record, None when it sets other options."""
-    options = dict(record.get("options") or {})
-    if options.pop("stop", None) == "gradient":
-        return "gradient" if options.pop("step", "paper") == "paper" and not options else None
-    step = options.pop("step", "paper")
-    return step if not options else None
+    """The variant of an AWP record (:data:`VARIANTS`), None when its options are another combination."""
+    options = {k: str(v) for k, v in (record.get("options") or {}).items() if (k, str(v)) != ("step", "paper")}
+    return next((key for key, _, wanted in VARIANTS if options == wanted), None)
 
 
 def _cell(record: Record | None) -> str:
@@ -51,8 +55,8 @@ def render_steps(paths: list[Path]) -> Lines:
             f"awp {_variant(r)}" if r["method"] == "awp" and _variant(r) else None
         if key is not None:
             found[(_grid(r), key)] = r  # the newest record of a cell wins
-    columns = [*BASELINES, *(f"awp {v}" for v, _ in VARIANTS)]
-    headers = ["grid", "RTN", "GPTQ", "AWQ", "Wanda+AWQ", "AWQ+Wanda", *(f"AWP {label}" for _, label in VARIANTS)]
+    columns = [*BASELINES, *(f"awp {v}" for v, _, _ in VARIANTS)]
+    headers = ["grid", "RTN", "GPTQ", "AWQ", "Wanda+AWQ", "AWQ+Wanda", *(f"AWP {label}" for _, label, _ in VARIANTS)]
     def cell(grid: str, column: str) -> str:  # a pipeline column only on the joint row, a quantizer only off it
         applies = column not in BASELINES or ("+" in column) == ("%" in grid)
         return _cell(found.get((grid, column))) if applies else "–"
@@ -105,7 +109,9 @@ AWP_STEP_SECTIONS = [
         'python -m benchmarks.bench_prune --runs "awp@int4:g128:step=spectral" \\\n'
         '      --json benchmarks/results/awp_step_cpu.jsonl\n'
         'python -m benchmarks.bench_prune --no-dense --runs "awp@int4:g128:step=backtracking" \\\n'
-        '      --json benchmarks/results/awp_step_cpu.jsonl   # no dense re-evaluation (dense_ppl null)',
+        '      --json benchmarks/results/awp_step_cpu.jsonl   # no dense re-evaluation (dense_ppl null)\n'
+        'python -m benchmarks.bench_prune --no-dense --runs "awp@int3:g128:stop=gradient,grid_update=nearest" \\\n'
+        '      --json benchmarks/results/awp_step_cpu.jsonl   # likewise keep_best=true, and int4, 50%+int4',
     ),
     Section(
         "AWP quantization diagnosis per linear (INT4 g128, 10 iterations)",
