@@ -165,6 +165,5 @@ def jacobi_stepper(C: Tensor, spectral_scale: float, power_iters: int) -> tuple[
     live = diag > 0
     inv_sqrt = torch.where(live, diag.clamp_min(torch.finfo(C.dtype).tiny).rsqrt(), torch.zeros_like(diag))
     scaled_norm = spectral_norm(C * inv_sqrt.unsqueeze(0) * inv_sqrt.unsqueeze(1), power_iters)
-    if not scaled_norm > 0:
-        return Stepper("jacobi", 0.0, precond=inv_sqrt**2), 0.0
-    return Stepper("jacobi", spectral_scale / scaled_norm, precond=inv_sqrt**2), scaled_norm
+    eta = spectral_scale / scaled_norm if scaled_norm > 0 else 0.0
+    return Stepper("jacobi", eta, precond=inv_sqrt**2), scaled_norm
