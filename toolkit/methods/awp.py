@@ -63,6 +63,10 @@ Step size (``step``, :mod:`toolkit.methods.awp_step`): ``paper`` (η = scale/‖
 (‖∇f1‖_F/‖W‖_F < tol or 200 iterations) in every mode. Measured on smollm2, ‖C‖_F/‖C‖₂ is 1.0-2.2
 per linear (one direction dominates C), so the paper's step is already ≈ 1.5/‖C‖₂: the stall is the
 spread of C's spectrum below its top eigenvalue, not ‖C‖_F ≫ ‖C‖₂ (docs/methods/awp.md).
+Start of the quantize mode (``quant_init``, ours): ``rtn`` (the paper's) or ``gptq``, GPTQ's solution of
+the same objective, which the projected steps then refine; with ``grid_update=nearest`` and a step
+η ≤ 1/‖C‖₂ (``step=spectral``) each step cannot raise f, so the result's loss is at most GPTQ's
+(tests/methods/test_awp_init.py). ``codes_changed`` still counts against RTN's codes.
 n:m targets use the n:m projection (an extension; the paper evaluates per-row unstructured
 sparsity only).
 
@@ -84,7 +88,7 @@ import torch
 from torch import Tensor
 
 from toolkit.errors import ToolkitError
-from toolkit.methods import wanda
+from toolkit.methods import gptq, wanda
 from toolkit.methods.awp_projection import Iterate, Projector
 from toolkit.methods.awp_solver import STOP_RULES, Outcome, Quadratic, Schedule, Trace, run_pgd
 from toolkit.methods.awp_step import GRADIENT_STOP_ITERS, STEPS, STOPS, jacobi_stepper, make_stepper, spectral_norm
@@ -102,6 +106,8 @@ from toolkit.methods.quant_base import all_kept, checked_gram, sparse_target, st
 from toolkit.methods.quant_grid import QuantState, dequantize, quantize
 from toolkit.spec.compression import QuantSpec
 from toolkit.spec.targets import NM, Target, Unstructured
+
+QUANT_INITS = ("rtn", "gptq")
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,9 @@ class AWPConfig:
                              "-1 = those options (or 200 with stop=gradient)")
     stop: str = option("fixed", "fixed = the mode's stop rule (stop_rule); gradient = the paper's pruning rule in "
                        "every mode: ‖∇f‖_F/‖W‖_F < tol or 200 iterations", choices=STOPS)
+    quant_init: str = option("rtn", "quantize mode: Θ0 = round-to-nearest (the paper's) or gptq = GPTQ's solution "
+                             "(its default options), which AWP then refines (not in the paper; docs/methods/awp.md)",
+                             choices=QUANT_INITS)
     step_dtype: str = option("float32", "dtype of the per-step matmul (W − Θ)C: float32 (the paper's "
                              "arithmetic) or bfloat16 (faster; ~2⁻⁸ relative rounding of the gradient, "
                              "not in the paper)", choices=("float32", "bfloat16"))
@@ -161,19 +170,40 @@ class AWPConfig:
                 raise ToolkitError(f"{name} must be a positive number, got {getattr(self, name)}")
         if not self.tol >= 0:
             raise ToolkitError(f"tol must be ≥ 0, got {self.tol}")
-        for name in ("stop_rule", "grid_update", "joint_order", "joint_init", "step", "stop", "step_dtype"):
+        for name in ("stop_rule", "grid_update", "joint_order", "joint_init", "step", "stop", "step_dtype",
+                     "quant_init"):
             choices = type(self).__dataclass_fields__[name].metadata["choices"]
             if getattr(self, name) not in choices:
                 raise ToolkitError(f"{name} must be one of {list(choices)}, got {getattr(self, name)!r}")
 
 
-def validate(shape: tuple[int, int], target: Target | None, spec: QuantSpec | None) -> str:
+def validate(shape: tuple[int, int], target: Target | None, spec: QuantSpec | None,
+             cfg: AWPConfig | None = None) -> str:
     """The mode (``prune`` | ``quantize`` | ``joint``) for this target and grid, or a ToolkitError."""
     if target is None and spec is None:
         raise ToolkitError("awp needs a sparsity (--sparsity 50%) and/or a grid (--quant int4:g128)")
     if target is not None:
         sparse_target(shape, target, "awp")
+    if cfg is not None:
+        check_config(target, cfg)
     return "quantize" if target is None else "prune" if spec is None else "joint"
+
+
+def check_config(target: Target | None, cfg: AWPConfig) -> None:
+    """``quant_init`` only starts a quantize-only run (a sparsity starts from ``joint_init``)."""
+    if target is not None and cfg.quant_init != "rtn":
+        raise ToolkitError(f"awp: quant_init={cfg.quant_init} starts a quantize-only run; with a sparsity the "
+                           "start is joint_init: drop quant_init or the sparsity")
+
+
+def _quant_init(W: Tensor, stats: LinearStats, cfg: AWPConfig, ctx: SolveContext) -> QuantState:
+    """Θ0's codes and grid: RTN's (the paper's) or GPTQ's solution of the same objective (``quant_init``)."""
+    assert ctx.quant is not None
+    if cfg.quant_init == "gptq":
+        state = gptq.quantize_linear(W, stats, None, gptq.GPTQConfig(), ctx).quant
+        assert state is not None
+        return state
+    return quantize(W, ctx.quant)
 
 
 def _wanda_init(W: Tensor, stats: LinearStats, target: Unstructured | NM, ctx: SolveContext) -> Iterate:
@@ -189,7 +219,7 @@ def _setup(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig,
     frozen, nearest = cfg.grid_update == "frozen", cfg.grid_update == "nearest"
     if target is None:
         assert spec is not None
-        state = quantize(W, spec)
+        state = _quant_init(W, stats, cfg, ctx)
         grid = (state.scales, state.zeros) if frozen else None
         projector = Projector(None, spec, frozen=frozen, grid=grid, nearest=nearest)
         return Iterate(dequantize(state), None, state), projector, _count(cfg, cfg.quant_iters), cfg.quant_eta
@@ -262,12 +292,12 @@ def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig, 
     C = 0 (every input of the linear is zero). Dead inputs (zero rows/columns of C) get no gradient:
     their weights stay where Θ0 put them.
     """
-    mode = validate((W.shape[0], W.shape[1]), target, ctx.quant)
+    mode = validate((W.shape[0], W.shape[1]), target, ctx.quant, cfg)
     W = W.to(SOLVER_DTYPE)
     C = checked_gram(W, stats, ctx, "awp")
     init, projector, iterations, eta_scale = _setup(W, stats_on(C, stats), target, cfg, ctx)
-    reference = None if ctx.quant is None else init.state if init.state is not None and target is None \
-        else quantize(W, ctx.quant)
+    rtn_start = target is None and cfg.quant_init == "rtn" and init.state is not None
+    reference = None if ctx.quant is None else init.state if rtn_start else quantize(W, ctx.quant)
     trace = _trace(W, C, cfg, projector, eta_scale, reference)
     if not trace.header["c_spec"] > 0:
         ctx.warn("awp: C = 0 (every input of this linear is zero); returning the initial point")
@@ -288,4 +318,5 @@ SPEC = MethodSpec(
     targets=(Unstructured, NM),
     summary="projected gradient descent on ‖(W−Θ)C^½‖²: prune, quantize or both (AWP)",
     produces=frozenset({Produces.MASK, Produces.QUANT}),
+    config_check=lambda compression, cfg: check_config(compression.sparsity, cfg),
 )

@@ -152,6 +152,9 @@ class MethodSpec:
     # True when ``fn`` never writes into the W it is given: the engine then hands it the layer's weight itself
     # instead of a copy (one (out, in) float32 tensor less at the host peak of a 7B layer)
     reads_weight_only: bool = False
+    # (compression, config) → a one-line ToolkitError where an option does not fit the run; called before the
+    # model loads (toolkit.run.config), as check() is
+    config_check: Callable[[Any, Any], None] | None = None
 
     def supports(self, target: Target) -> bool:
         """True if the method can meet this kind of sparsity target."""
@@ -189,6 +192,11 @@ class MethodSpec:
         if compression.sparsity is not None:
             raise ToolkitError(f"{self.name} only quantizes and cannot prune to {compression.sparsity}: drop "
                                "--sparsity, or prune and quantize with awp, wanda+awq or awq+wanda")
+
+    def check_config(self, compression: Compression, cfg: Any) -> None:
+        """Raise a one-line :class:`ToolkitError` when an option of ``cfg`` does not fit ``compression``."""
+        if self.config_check is not None:
+            self.config_check(compression, cfg)
 
     def make_config(self, options: dict[str, Any] | None = None) -> Any:
         """Build the config from ``options`` (strings from ``--set`` are converted by type)."""

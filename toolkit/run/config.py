@@ -93,7 +93,7 @@ class RunConfig:
             raise ToolkitError(f"{spec.name} results cannot be saved as a quantized checkpoint: its weight "
                                "Q(W·diag s)/s needs 1/s folded into the preceding op, which a per-linear solve "
                                "cannot do; drop --save-model or quantize with rtn, gptq or awp")
-        spec.make_config(self.options)
+        spec.check_config(compression, spec.make_config(self.options))
         if self.threads is not None and self.threads < 1:
             raise ToolkitError(f"--threads must be ≥ 1, got {self.threads}")
         if self.nsamples < 1:
