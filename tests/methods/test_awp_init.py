@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 import torch
@@ -100,7 +101,8 @@ def test_unknown_quant_init_is_refused() -> None:
 def test_run_config_refuses_quant_init_with_a_sparsity_before_the_model_loads() -> None:
     from toolkit.run.config import RunConfig
 
-    run: dict = {"method": "awp", "quant": "int4:g32", "options": {"quant_init": "gptq"}}
+    run: dict[str, Any] = {"method": "awp", "quant": "int4:g32", "options": {"quant_init": "gptq"}}
+    pruning: dict[str, Any] = {"model": "no-such-model-is-loaded", "sparsity": "50%"}
     with pytest.raises(ToolkitError, match="drop quant_init or the sparsity"):
-        RunConfig(model="no-such-model-is-loaded", **run | {"sparsity": "50%"})
+        RunConfig(**run, **pruning)
     RunConfig(model="tiny-llama", sparsity=None, **run)
