@@ -11,6 +11,8 @@ SolverSteps AWP emits, the same the app's solver panel draws, and SublayerPruned
 - ``loss``: tr((W − Θ)C(W − Θ)ᵀ) at every emitted iteration (0 = RTN), ``objective`` its relative square
   root ‖(W − Θ)C^½‖_F/‖WC^½‖_F;
 - ``codes_changed``: the fraction of codes different from RTN's at every iteration, and the final one;
+- ``objective_rtn``: round-to-nearest's objective on the same C where the run started elsewhere
+  (``--set quant_init=gptq``: ``objective_init`` is then GPTQ's);
 - ``scale_change_trace``: ‖s − s_RTN‖_F/‖s_RTN‖_F of the group scales at every iteration (how far the
   grid itself moved), ``best_loss``/``best_iteration``: the lowest loss of the trace and where.
 
@@ -135,6 +137,7 @@ def _record(event: SublayerPruned, trace: list[SolverStep], args: argparse.Names
         "scale_change_trace": [s.values.get("scale_change") for s in trace],
         "best_loss": best[0], "best_iteration": best[1], "returned": info.get("returned"),
         "objective_init": info.get("objective_init"), "objective_final": info.get("objective"),
+        "objective_rtn": info.get("objective_rtn"),  # RTN's on the same C, where the run started elsewhere
         "codes_changed": info.get("codes_changed"), "rel_error": event.rel_error, "seconds": round(event.seconds, 3),
         **protocol,
     }

@@ -66,6 +66,8 @@ def test_gptq_start_with_nearest_grid_ends_at_or_below_gptq(correlated, step: st
     assert steps[0] == pytest.approx(out.info["objective_init"], rel=1e-6)
     assert out.info["objective_init"] ** 2 == pytest.approx(loss(W, g.weight, stats) / loss(W, W * 0, stats),
                                                             rel=1e-3)
+    rtn = loss(W, dequantize(quantize(W, INT3)), stats)  # RTN's objective on the same C, for the comparison
+    assert out.info["objective_rtn"] ** 2 == pytest.approx(rtn / loss(W, W * 0, stats), rel=1e-4)
 
 
 def test_codes_changed_count_against_rtn_codes_not_the_start(correlated) -> None:
@@ -83,6 +85,7 @@ def test_default_start_is_still_rtn(correlated) -> None:
     W, stats = correlated
     assert awp.AWPConfig().quant_init == "rtn"
     a = awp.prune(W, stats, None, awp.AWPConfig(), context(INT3))
+    assert "objective_rtn" not in a.info  # objective_init is RTN's already
     b = awp.prune(W, stats, None, awp.AWPConfig(quant_init="rtn"), context(INT3))
     assert torch.equal(a.weight, b.weight)
 

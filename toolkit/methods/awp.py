@@ -236,6 +236,13 @@ def _setup(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig,
     return init, projector, cfg.ramp_iters + cfg.hold_iters + _count(cfg, cfg.joint_iters), cfg.joint_eta
 
 
+def relative_objective(W: Tensor, theta: Tensor, C: Tensor) -> float:
+    """‖(W − Θ)C^½‖_F / ‖W C^½‖_F = √(tr(ΔCΔᵀ) / tr(WCWᵀ)), Δ = W − Θ (the solver's objective)."""
+    D = W - theta
+    den = float(torch.sum((W @ C) * W))
+    return math.sqrt(max(float(torch.sum((D @ C) * D)), 0.0) / den) if den > 0 else math.nan
+
+
 def _count(cfg: AWPConfig, default: int) -> int:
     """Iterations of the mode's last phase: ``iterations`` when given, 200 with stop=gradient, else ``default``."""
     if cfg.iterations > 0:
@@ -299,6 +306,8 @@ def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig, 
     rtn_start = target is None and cfg.quant_init == "rtn" and init.state is not None
     reference = None if ctx.quant is None else init.state if rtn_start else quantize(W, ctx.quant)
     trace = _trace(W, C, cfg, projector, eta_scale, reference)
+    if reference is not None and target is None and not rtn_start:  # what the start gained over RTN, on this C
+        trace.header["objective_rtn"] = relative_objective(W, dequantize(reference), C)
     if not trace.header["c_spec"] > 0:
         ctx.warn("awp: C = 0 (every input of this linear is zero); returning the initial point")
         iterations = 0
