@@ -23,6 +23,7 @@ VARIANTS: tuple[tuple[str, str, dict[str, str]], ...] = (  # (key, column label,
     ("gradient", "stop=gradient", {"stop": "gradient"}),
     ("gradient+best", "stop=gradient, keep_best", {"stop": "gradient", "keep_best": "true"}),
     ("gradient+nearest", "stop=gradient, grid_update=nearest", {"stop": "gradient", "grid_update": "nearest"}),
+    ("gptq+nearest", "quant_init=gptq, grid_update=nearest", {"quant_init": "gptq", "grid_update": "nearest"}),
 )
 
 
@@ -95,6 +96,34 @@ def render_diagnosis(paths: list[Path]) -> Lines:
     return [*table_lines(header, body), "", f"Commits: {named}."]
 
 
+def _start(record: Record) -> str:
+    return str((record.get("options") or {}).get("quant_init", "rtn"))
+
+
+def render_against_gptq(paths: list[Path]) -> Lines:
+    """Per grid and linear kind, medians over layers: AWP's loss from RTN, GPTQ's, and AWP's from GPTQ's."""
+    records = [r for r in records_of(paths) if r.get("benchmark") == "awp_diagnose" and r.get("loss")
+               and r["loss"][0] and r["loss"][-1] is not None]
+    header = ["grid", "linear", "linears", "AWP from RTN: final / RTN", "GPTQ / RTN", "AWP from GPTQ: final / GPTQ",
+              "AWP from GPTQ: final / RTN", "codes off RTN: AWP from RTN", "from GPTQ"]
+    body = []
+    for grid in dict.fromkeys(r["quant"] for r in records):
+        mine = [r for r in records if r["quant"] == grid]
+        for name in [*dict.fromkeys(r["name"] for r in mine), "all"]:
+            rtn = [r for r in mine if _start(r) == "rtn" and name in ("all", r["name"])]
+            gptq = [r for r in mine if _start(r) == "gptq" and name in ("all", r["name"]) and r.get("objective_rtn")]
+            g_rtn = [(r["objective_init"] / r["objective_rtn"]) ** 2 for r in gptq]
+            refined = [r["loss"][-1] / r["loss"][0] for r in gptq]
+            body.append([grid, name, str(len(rtn)), num(_median([r["loss"][-1] / r["loss"][0] for r in rtn]), 3),
+                         num(_median(g_rtn), 3), num(_median(refined), 4),
+                         num(_median([a * b for a, b in zip(g_rtn, refined, strict=True)]), 3),
+                         *(f"{100 * statistics.fmean(c):.2f} %" if c else "" for c in
+                           ([r["codes_changed"] for r in rtn if r.get("codes_changed") is not None],
+                            [r["codes_changed"] for r in gptq if r.get("codes_changed") is not None]))])
+    named = ", ".join(f"`{c}`" for c in commits(records))
+    return [*table_lines(header, body), "", f"Commits: {named}."]
+
+
 AWP_STEP_SECTIONS = [
     Section(
         "AWP's quantization step size (all 210 windows)",
@@ -124,5 +153,21 @@ AWP_STEP_SECTIONS = [
         "python -m benchmarks.bench_awp_diagnose --steps paper --json benchmarks/results/awp_diagnose_cpu.jsonl\n"
         "python -m benchmarks.bench_awp_diagnose --from-run runs/<spectral run> runs/<backtracking run> \\\n"
         "      --json benchmarks/results/awp_diagnose_cpu.jsonl",
+    ),
+    Section(
+        "AWP against GPTQ on the same objective, per linear (10 iterations)",
+        ("awp_init_cpu.jsonl",),
+        render_against_gptq,
+        "`bench_awp_diagnose.py` on `smollm2-135m`, calibration 32 × 512 tokens of `wiki` train, seed 0, the paper's "
+        "step and 10 iterations; per grid and linear kind, the median over layers of the loss tr((W − Θ)C(W − Θ)ᵀ) "
+        "relative to another solution on the same C: AWP started at round-to-nearest (the paper) against RTN; "
+        "GPTQ (the start of `quant_init=gptq`, default GPTQ options) against RTN; AWP started at GPTQ's solution "
+        "with `grid_update=nearest` against GPTQ and against RTN. Two runs per grid, each propagating its own "
+        "quantized layers, so from layer 1 on the two runs' C differ; each ratio is taken within one run. Codes off "
+        "RTN: the mean fraction of codes that differ from round-to-nearest's at the end.",
+        "python -m benchmarks.bench_awp_diagnose --quant int3:g128 --steps paper \\\n"
+        "      --json benchmarks/results/awp_init_cpu.jsonl\n"
+        "python -m benchmarks.bench_awp_diagnose --quant int3:g128 --steps paper --set quant_init=gptq \\\n"
+        "      --set grid_update=nearest --json benchmarks/results/awp_init_cpu.jsonl   # and int4:g128",
     ),
 ]
