@@ -32,3 +32,15 @@ def test_a_quantize_only_run_draws_the_convergence_and_the_codes_moved_from_rtn(
     moved = [s.values["codes_changed"] for s in steps if "proj_dist" in s.values]
     assert list(codes["y"]) == moved and max(moved) > 0  # the spectral step moves codes on this layer
     assert set(bits["y"]) == {2.0}
+
+
+def test_a_run_started_at_gptq_names_rtns_objective_in_the_panel() -> None:
+    _, stats = correlated_stats(64, seed=2)
+    W = torch.randn(32, 64, generator=torch.Generator().manual_seed(4))
+    events: list = []
+    awp.prune(W, stats, None, awp.SPEC.make_config({"quant_init": "gptq", "grid_update": "nearest"}),
+              SolveContext(layer=3, name="mlp.down_proj", quant=QuantSpec(3, 16), emit=events.append))
+    first = next(e for e in events if isinstance(e, SolverStep))
+    title = go.Figure(solver_figures(fold(events))["solver"].to_dict()).to_dict()["layout"]["title"]["text"]
+    assert f"RTN's objective {first.values['objective_rtn']:.3g}" in title
+    assert first.objective < first.values["objective_rtn"]  # the start (GPTQ's) is below RTN's

@@ -277,6 +277,8 @@ def _solver_lines(steps: Sequence[SolverStep], revision: Any, height: int) -> go
     positive = all(s.objective > 0 for s in steps if math.isfinite(s.objective))
     ratio = first.values.get("c_ratio", math.nan)  # AWP: ‖C‖_F/‖C‖₂, how far the paper's step is below 1/L
     tail = f" · ‖C‖_F/‖C‖₂ {ratio:.3g}" if math.isfinite(ratio) else ""
+    rtn = first.values.get("objective_rtn", math.nan)  # AWP started off RTN (quant_init): RTN's objective
+    tail += f" · RTN's objective {rtn:.3g}" if math.isfinite(rtn) else ""
     layout = base_layout(f"{first.solver} convergence · layer {first.layer} · {first.name}{tail}", height, revision,
                          xaxis={"title": {"text": "iteration"}},
                          yaxis={"title": {"text": "objective"}, "type": "log" if positive else "linear"},
