@@ -109,3 +109,14 @@ def test_run_config_refuses_quant_init_with_a_sparsity_before_the_model_loads() 
     with pytest.raises(ToolkitError, match="drop quant_init or the sparsity"):
         RunConfig(**run, **pruning)
     RunConfig(model="tiny-llama", sparsity=None, **run)
+
+
+def test_gptq_start_with_dead_inputs_stays_finite(correlated) -> None:
+    W, stats = correlated
+    C = stats.gram.clone()
+    C[:, :32] = 0  # the first group's inputs are always zero
+    C[:32, :] = 0
+    out = awp.prune(W, LinearStats(C, stats.count), None,
+                    awp.AWPConfig(quant_init="gptq", grid_update="nearest", step="spectral"), context(INT3))
+    assert torch.isfinite(out.weight).all() and out.info["objective"] is not None
+    assert out.info["objective"] <= out.info["objective_init"] * (1 + 1e-5)
