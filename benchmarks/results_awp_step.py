@@ -39,6 +39,11 @@ def _variant(record: Record) -> str | None:
     return next((key for key, _, wanted in VARIANTS if options == wanted), None)
 
 
+def _stamp(record: Record) -> str:
+    """The run folder's name (it starts with the run's timestamp); '' where a record names none."""
+    return Path(str(record.get("run_dir") or "")).name
+
+
 def _cell(record: Record | None) -> str:
     if record is None or not record.get("ppl"):
         return "not measured"
@@ -54,8 +59,9 @@ def render_steps(paths: list[Path]) -> Lines:
     for r in records:
         key = r["method"] if r["method"] in BASELINES and not r.get("options") else \
             f"awp {_variant(r)}" if r["method"] == "awp" and _variant(r) else None
-        if key is not None:
-            found[(_grid(r), key)] = r  # the newest record of a cell wins
+        older = found.get((_grid(r), key)) if key is not None else None
+        if key is not None and (older is None or _stamp(r) >= _stamp(older)):
+            found[(_grid(r), key)] = r  # the newest record of a cell wins (by its run folder's timestamp)
     columns = [*BASELINES, *(f"awp {v}" for v, _, _ in VARIANTS)]
     headers = ["grid", "RTN", "GPTQ", "AWQ", "Wanda+AWQ", "AWQ+Wanda", *(f"AWP {label}" for _, label, _ in VARIANTS)]
     def cell(grid: str, column: str) -> str:  # a pipeline column only on the joint row, a quantizer only off it
@@ -131,8 +137,9 @@ AWP_STEP_SECTIONS = [
         render_steps,
         "`smollm2-135m`, CPU protocol: calibration 32 × 512 tokens of `wiki` train, seed 0; evaluation `wiki` "
         "test, seqlen 512, all 210 windows; asymmetric min-max grid, group 128 (the last group of a 576-wide row "
-        "is 64 wide). Perplexity, with the prune seconds in brackets. RTN, GPTQ, AWQ and AWP `step=paper` are the "
-        "rows of the quantizer table above (an earlier commit, group 128 then the default); the step variants "
+        "is 64 wide). Perplexity, with the prune seconds in brackets. RTN, AWQ and AWP `step=paper` are the "
+        "rows of the quantizer table above (an earlier commit, group 128 then the default); GPTQ was measured "
+        "again beside `quant_init=gptq` (the newest record of a cell wins); the step variants "
         "ran on the shared 2-core development machine beside other jobs, one thread, so their seconds are loose "
         "upper bounds. \"not measured\": did not fit in the session's time.",
         'python -m benchmarks.bench_prune --runs "awp@int4:g128:step=spectral" \\\n'
@@ -140,7 +147,9 @@ AWP_STEP_SECTIONS = [
         'python -m benchmarks.bench_prune --no-dense --runs "awp@int4:g128:step=backtracking" \\\n'
         '      --json benchmarks/results/awp_step_cpu.jsonl   # no dense re-evaluation (dense_ppl null)\n'
         'python -m benchmarks.bench_prune --no-dense --runs "awp@int3:g128:stop=gradient,grid_update=nearest" \\\n'
-        '      --json benchmarks/results/awp_step_cpu.jsonl   # likewise keep_best=true, and int4, 50%+int4',
+        '      --json benchmarks/results/awp_step_cpu.jsonl   # likewise keep_best=true, and int4, 50%+int4\n'
+        'python -m benchmarks.bench_prune --no-dense --runs "awp@int3:g128:quant_init=gptq,grid_update=nearest" \\\n'
+        '      "gptq@int3:g128" --json benchmarks/results/awp_step_cpu.jsonl   # and int4:g128',
     ),
     Section(
         "AWP quantization diagnosis per linear (INT4 g128, 10 iterations)",

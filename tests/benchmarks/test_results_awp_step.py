@@ -62,3 +62,15 @@ def test_against_gptq_takes_each_ratio_within_one_run(tmp_path: Path) -> None:
     assert rows["q"][3:7] == ["0.900", "0.250", "0.9750", "0.244"]  # GPTQ/RTN from its own run's objectives
     assert rows["k"][3:7] == ["1.000", "0.250", "1.0000", "0.250"]
     assert rows["all"][2] == "2" and rows["all"][7:] == ["0.01 %", "50.00 %"]
+
+
+def test_a_newer_baseline_record_wins_over_an_older_file_read_after_it(tmp_path: Path) -> None:
+    protocol = {"evaluation": {"all_windows": True}}
+    def gptq(ppl: float, run_dir: str) -> dict:
+        return {"benchmark": "prune", "method": "gptq", "sparsity": "int3:g128", "options": {}, "ppl": {"wiki": ppl},
+                "prune_seconds": 80, "protocol": protocol, "run_dir": run_dir}
+    new, old = tmp_path / "awp_step_cpu.jsonl", tmp_path / "cpu_awp_full.jsonl"
+    new.write_text(json.dumps(gptq(50.95, "runs/20261127-150657-gptq-int3-g128-6305")) + "\n")
+    old.write_text(json.dumps(gptq(49.85, "runs/20261124-132100-gptq-int3-aaaa")) + "\n")
+    row = next(line for line in render_steps([new, old]) if line.startswith("| int3:g128"))
+    assert [c.strip() for c in row.strip("|").split("|")][2] == "50.95 (80 s)"
