@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from benchmarks.results_read import Lines, Record, Section, commits, num, records_of, table_lines
+from benchmarks.results_read import Lines, Record, Section, commits, num, records_of, run_stamp, table_lines
 
 GRIDS = ("int4:g128", "int3:g128", "50%+int4:g128")
 BASELINES = ("rtn", "gptq", "awq", "wanda+awq", "awq+wanda")  # the last two: the joint row's pipelines
@@ -39,11 +39,6 @@ def _variant(record: Record) -> str | None:
     return next((key for key, _, wanted in VARIANTS if options == wanted), None)
 
 
-def _stamp(record: Record) -> str:
-    """The run folder's name (it starts with the run's timestamp); '' where a record names none."""
-    return Path(str(record.get("run_dir") or "")).name
-
-
 def _cell(record: Record | None) -> str:
     if record is None or not record.get("ppl"):
         return "not measured"
@@ -60,7 +55,7 @@ def render_steps(paths: list[Path]) -> Lines:
         key = r["method"] if r["method"] in BASELINES and not r.get("options") else \
             f"awp {_variant(r)}" if r["method"] == "awp" and _variant(r) else None
         older = found.get((_grid(r), key)) if key is not None else None
-        if key is not None and (older is None or _stamp(r) >= _stamp(older)):
+        if key is not None and (older is None or run_stamp(r) >= run_stamp(older)):
             found[(_grid(r), key)] = r  # the newest record of a cell wins (by its run folder's timestamp)
     columns = [*BASELINES, *(f"awp {v}" for v, _, _ in VARIANTS)]
     headers = ["grid", "RTN", "GPTQ", "AWQ", "Wanda+AWQ", "AWQ+Wanda", *(f"AWP {label}" for _, label, _ in VARIANTS)]

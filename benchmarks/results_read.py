@@ -49,12 +49,17 @@ def records_of(paths: Iterable[Path]) -> list[Record]:
     return [record for path in paths for record in read_records(path)]
 
 
+def run_stamp(record: Record) -> str:
+    """The run folder's name, which starts with the run's timestamp (orders a cell's records by age)."""
+    return Path(str(record.get("run_dir", ""))).name
+
+
 def newest_by_run(records: Iterable[Record]) -> dict[str, Record]:
     """Each ``run`` name's newest record (by its run folder's timestamped name), in first-seen order."""
     found: dict[str, Record] = {}
     for r in records:
         older = found.get(r["run"])
-        if older is None or Path(str(r.get("run_dir", ""))).name >= Path(str(older.get("run_dir", ""))).name:
+        if older is None or run_stamp(r) >= run_stamp(older):
             found[r["run"]] = r
     return found
 

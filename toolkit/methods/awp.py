@@ -177,15 +177,12 @@ class AWPConfig:
                 raise ToolkitError(f"{name} must be one of {list(choices)}, got {getattr(self, name)!r}")
 
 
-def validate(shape: tuple[int, int], target: Target | None, spec: QuantSpec | None,
-             cfg: AWPConfig | None = None) -> str:
+def validate(shape: tuple[int, int], target: Target | None, spec: QuantSpec | None) -> str:
     """The mode (``prune`` | ``quantize`` | ``joint``) for this target and grid, or a ToolkitError."""
     if target is None and spec is None:
         raise ToolkitError("awp needs a sparsity (--sparsity 50%) and/or a grid (--quant int4:g128)")
     if target is not None:
         sparse_target(shape, target, "awp")
-    if cfg is not None:
-        check_config(target, cfg)
     return "quantize" if target is None else "prune" if spec is None else "joint"
 
 
@@ -234,13 +231,6 @@ def _setup(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig,
     projector = Projector(target, spec, ramp=cfg.ramp_iters, quant_from=cfg.ramp_iters + cfg.hold_iters + 1,
                           order=cfg.joint_order, frozen=frozen, nearest=nearest)
     return init, projector, cfg.ramp_iters + cfg.hold_iters + _count(cfg, cfg.joint_iters), cfg.joint_eta
-
-
-def relative_objective(W: Tensor, theta: Tensor, C: Tensor) -> float:
-    """‖(W − Θ)C^½‖_F / ‖W C^½‖_F = √(tr(ΔCΔᵀ) / tr(WCWᵀ)), Δ = W − Θ (the solver's objective)."""
-    D = W - theta
-    den = float(torch.sum((W @ C) * W))
-    return math.sqrt(max(float(torch.sum((D @ C) * D)), 0.0) / den) if den > 0 else math.nan
 
 
 def _count(cfg: AWPConfig, default: int) -> int:
@@ -299,21 +289,23 @@ def prune(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWPConfig, 
     C = 0 (every input of the linear is zero). Dead inputs (zero rows/columns of C) get no gradient:
     their weights stay where Θ0 put them.
     """
-    mode = validate((W.shape[0], W.shape[1]), target, ctx.quant, cfg)
+    mode = validate((W.shape[0], W.shape[1]), target, ctx.quant)
+    check_config(target, cfg)
     W = W.to(SOLVER_DTYPE)
     C = checked_gram(W, stats, ctx, "awp")
     init, projector, iterations, eta_scale = _setup(W, stats_on(C, stats), target, cfg, ctx)
     rtn_start = target is None and cfg.quant_init == "rtn" and init.state is not None
     reference = None if ctx.quant is None else init.state if rtn_start else quantize(W, ctx.quant)
     trace = _trace(W, C, cfg, projector, eta_scale, reference)
+    q = Quadratic.build(W, C, getattr(torch, cfg.step_dtype))
     if reference is not None and target is None and not rtn_start:  # what the start gained over RTN, on this C
-        trace.header["objective_rtn"] = relative_objective(W, dequantize(reference), C)
+        trace.header["objective_rtn"] = q.residual(dequantize(reference))[1]
     if not trace.header["c_spec"] > 0:
         ctx.warn("awp: C = 0 (every input of this linear is zero); returning the initial point")
         iterations = 0
     assert trace.stepper is not None
     schedule = _schedule(cfg, mode, iterations, trace.stepper.eta)
-    out = run_pgd(Quadratic.build(W, C, getattr(torch, cfg.step_dtype)), init, projector, schedule, ctx, trace)
+    out = run_pgd(q, init, projector, schedule, ctx, trace)
     it = out.iterate
     keep = it.keep if it.keep is not None else all_kept(W)
     return PruneResult(weight=it.theta, keep_mask=keep, info=_info(mode, out, trace, schedule), quant=it.state)
