@@ -68,7 +68,11 @@ TEXTS: dict[Plot, str] = {
         "**Good**: the objective ½‖W*X* − WX‖² + λ‖W*‖₁ falls within each round and the rounds start lower and "
         "lower. A jump at the start of a round is λ changing, not divergence. For ALPS the objective is the relative "
         "error ‖(Ŵ − W)X‖/‖WX‖ of the ADMM iterate projected to the target (colour 0), then of the conjugate-gradient "
-        "refinement on the fixed support (colour 1). Magnitude, Wanda and SparseGPT have no iterative solver, so "
+        "refinement on the fixed support (colour 1). For AWP it is the relative error of the projected iterate, "
+        "√(tr(ΔW C ΔWᵀ)/tr(W C Wᵀ)); the title's second line gives ‖C‖_F/‖C‖₂ (how far the paper's step sits "
+        "below 1/‖C‖₂) and, for a run started at GPTQ's solution (quant_init=gptq), RTN's objective on the same "
+        "C, drawn dashed: the gap between the dashed line and the dots is what the GPTQ start bought. "
+        "Magnitude, Wanda and SparseGPT have no iterative solver, so "
         "this panel stays hidden for them."),
     Plot.LAMBDA: (
         "**FISTAPruner's λ bisection**, one linear, x = outer round. Top: λ between its bounds [λ_low, λ_high] "

@@ -26,6 +26,7 @@ def test_a_quantize_only_run_draws_the_convergence_and_the_codes_moved_from_rtn(
     title = convergence["layout"]["title"]["text"]
     assert "‖C‖_F/‖C‖₂" in title and "mlp.down_proj" in title
     assert list(convergence["data"][0]["y"]) == [s.objective for s in steps]
+    assert len(convergence["data"]) == 1  # RTN's start: no reference line for RTN's objective
     _, codes, bits = projection["data"]
     assert codes["name"] == "codes changed"
     assert "round-to-nearest" in projection["layout"]["annotations"][1]["text"]
@@ -41,6 +42,12 @@ def test_a_run_started_at_gptq_names_rtns_objective_in_the_panel() -> None:
     awp.prune(W, stats, None, awp.SPEC.make_config({"quant_init": "gptq", "grid_update": "nearest"}),
               SolveContext(layer=3, name="mlp.down_proj", quant=QuantSpec(3, 16), emit=events.append))
     first = next(e for e in events if isinstance(e, SolverStep))
-    title = go.Figure(solver_figures(fold(events))["solver"].to_dict()).to_dict()["layout"]["title"]["text"]
+    convergence = go.Figure(solver_figures(fold(events))["solver"].to_dict()).to_dict()
+    title = convergence["layout"]["title"]["text"]
     assert f"RTN's objective {first.values['objective_rtn']:.3g}" in title
+    assert title.index("mlp.down_proj") < title.index("<br>") < title.index("RTN's objective")  # its own line
     assert first.objective < first.values["objective_rtn"]  # the start (GPTQ's) is below RTN's
+    _, reference = convergence["data"]  # RTN's objective drawn as a dashed line over every iteration
+    assert list(reference["y"]) == [first.values["objective_rtn"]] * 2 and reference["line"]["dash"] == "dash"
+    steps = [e.step for e in events if isinstance(e, SolverStep)]
+    assert list(reference["x"]) == [steps[0], steps[-1]]

@@ -276,14 +276,28 @@ def _solver_lines(steps: Sequence[SolverStep], revision: Any, height: int) -> go
         trace["marker"] = {"size": 5, "color": PALETTE[0]}
     positive = all(s.objective > 0 for s in steps if math.isfinite(s.objective))
     ratio = first.values.get("c_ratio", math.nan)  # AWP: ‖C‖_F/‖C‖₂, how far the paper's step is below 1/L
-    tail = f" · ‖C‖_F/‖C‖₂ {ratio:.3g}" if math.isfinite(ratio) else ""
+    notes = [f"‖C‖_F/‖C‖₂ {ratio:.3g}"] if math.isfinite(ratio) else []
     rtn = first.values.get("objective_rtn", math.nan)  # AWP started off RTN (quant_init): RTN's objective
-    tail += f" · RTN's objective {rtn:.3g}" if math.isfinite(rtn) else ""
-    layout = base_layout(f"{first.solver} convergence · layer {first.layer} · {first.name}{tail}", height, revision,
-                         xaxis={"title": {"text": "iteration"}},
+    traces = [trace]
+    if math.isfinite(rtn):
+        notes.append(f"RTN's objective {rtn:.3g} (dashed)")
+        traces.append(_reference_line([steps[0].step, steps[-1].step], rtn, "RTN's objective"))
+    title = f"{first.solver} convergence · layer {first.layer} · {first.name}"
+    extra: Spec = {}
+    if notes:  # a second, smaller line: a narrow panel clips a long title
+        title += f"<br><span style='font-size:11px'>{' · '.join(notes)}</span>"
+        extra["margin"] = {"l": 60, "r": 20, "t": 58, "b": 44}
+    layout = base_layout(title, height, revision, xaxis={"title": {"text": "iteration"}},
                          yaxis={"title": {"text": "objective"}, "type": "log" if positive else "linear"},
-                         showlegend=False)
-    return figure([trace], layout)
+                         showlegend=False, **extra)
+    return figure(traces, layout)
+
+
+def _reference_line(x: list[int], value: float, name: str) -> Spec:
+    """A dashed grey horizontal line at ``value`` over the iterations ``x`` (first, last), named on hover."""
+    return {"type": "scatter", "mode": "lines", "name": name, "x": x, "y": [value, value],
+            "line": {"color": "#888", "width": 1.5, "dash": "dash"},
+            "hovertemplate": f"{name} %{{y:.5g}}<extra></extra>"}
 
 
 def round_scale(first: int, last: int) -> Spec:
