@@ -33,6 +33,12 @@ Flop counts (n = in, m = out, B = block size, p = sparsity; multiply-add = 2 flo
   Its floor times those products alone (the float64 ones as float64); L = λ_max(G) by ``eigvalsh`` is
   not a product and is reported apart (``eigvalsh_seconds``).
 
+For SparseGPT and Thanos a second, profiled run of the same solve (``torch.profiler``, not the timed run) gives
+``lapack_seconds``: the CPU time inside the LAPACK calls whose float32 rounding the weight digests pin (the damped
+Cholesky, its inverse and the upper factor of the inverse; Thanos's batched per-row ``solve_ex``), per call in
+``lapack_ops``, and ``lapack_over_floor`` = lapack_seconds / floor. Where that is already above 2, no reordering of
+the rest of the solve reaches 2× its floor without replacing one of those calls, which moves the digests.
+
 The official SparseGPT (``--official``: the path of its ``sparsegpt.py``, with the repository's ``quant.py``
 beside it, which it imports) runs ``fasterprune(0.5, blocksize=128, percdamp=0.01)`` on an ``nn.Linear``
 holding W with its H set to ours (the damping is relative to mean(diag H), so the scale of H cancels);
@@ -52,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.bench_thanos_layer import random_stats
 from benchmarks.records import emit
@@ -88,6 +95,19 @@ def flops_thanos(m: int, n: int, block: int = BLOCK, sparsity: float = SPARSITY)
     s = min(sparsity * block, block - sparsity * block)
     solves = m * n * s**3 / (3.0 * block)
     return flops_inverse(n) + 2.0 * n * block**2 + solves + 2.0 * m * n * block + m * n * (n + block)
+
+
+LAPACK_OPS = ("aten::linalg_cholesky_ex", "aten::cholesky_inverse", "aten::linalg_solve_ex")
+
+
+def lapack_seconds(fn: Any, floor: float) -> dict[str, Any]:
+    """CPU seconds of :data:`LAPACK_OPS` (op totals, children included) in one profiled ``fn()``, and over ``floor``."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    ops = {e.key: round(e.cpu_time_total / 1e6, 3) for e in prof.key_averages() if e.key in LAPACK_OPS}
+    total = sum(ops.values())
+    return {"lapack_seconds": round(total, 3), "lapack_ops": ops,
+            "lapack_over_floor": round(total / floor, 2) if floor > 0 else None}
 
 
 def rel_error(W: torch.Tensor, W_hat: torch.Tensor, H: torch.Tensor) -> float:
@@ -167,11 +187,18 @@ def bench_obs(linear: str, W: torch.Tensor, stats: LinearStats, rate: float, off
         fields["official_seconds"], fields["official_wall_seconds"] = round(off_cpu, 3), round(off_wall, 3)
         fields["official_rel_error"] = round(rel_error(W, off_weight, stats.gram), 6)
         fields["mask_agreement"] = round(float((ours.keep_mask == (off_weight != 0)).float().mean()), 6)
+    fields.update(lapack_seconds(lambda: sparsegpt.prune(W, stats, target, sparsegpt.SparseGPTConfig(), SolveContext()),
+                                 flops / rate))
     records = [_record(linear, (m, n), "sparsegpt", **fields)]
-    seconds, result = timed(lambda: thanos.prune(W, stats, target, thanos.ThanosConfig(), SolveContext()))
+
+    def solve_thanos() -> Any:
+        return thanos.prune(W, stats, target, thanos.ThanosConfig(), SolveContext())
+
+    seconds, result = timed(solve_thanos)
     flops = flops_thanos(m, n)
     records.append(_record(linear, (m, n), "thanos", seconds=seconds, flops=flops, floor_seconds=flops / rate,
-                           rel_error=round(rel_error(W, result.weight, stats.gram), 6)))
+                           rel_error=round(rel_error(W, result.weight, stats.gram), 6),
+                           **lapack_seconds(solve_thanos, flops / rate)))
     return records
 
 

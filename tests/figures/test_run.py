@@ -39,7 +39,9 @@ def test_error_heatmap_grid_values_and_title() -> None:
     assert len(z) == 3 and z[0] == [pytest.approx(-1.0), pytest.approx(math.log10(0.11))]  # log10 colour
     assert list(trace.customdata[0]) == [pytest.approx(0.1), pytest.approx(0.11)]  # exact values on hover
     assert z[1][1] is None and z[2] == [None, None]  # not yet pruned: empty cells
-    assert "3 of 6 linears" in fig.layout.title.text
+    title = fig.layout.title.text
+    assert "3 of 6 linears" in title and title.index("<br>") < title.index("3 of 6")  # the count on its own line
+    assert fig.layout.margin.t > viz.base_layout("x")["margin"]["t"]  # room for the second line
     assert fig.layout.yaxis.autorange == "reversed" and fig.layout.uirevision is not None
 
 

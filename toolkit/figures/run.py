@@ -70,6 +70,17 @@ def base_layout(title: str, height: int = HEIGHT, revision: Any = None, **extra:
             **extra}
 
 
+def subtitled(title: str, line: str) -> str:
+    """``title`` with ``line`` under it in a smaller font: a narrow panel clips one long title line.
+
+    Lay such a figure out with ``margin=TWO_LINE_MARGIN``.
+    """
+    return f"{title}<br><span style='font-size:11px'>{line}</span>"
+
+
+TWO_LINE_MARGIN = {"l": 60, "r": 20, "t": 58, "b": 44}  # base_layout's margins with room for a subtitle
+
+
 def note_figure(title: str, text: str, height: int = HEIGHT, revision: Any = None) -> go.Figure:
     """An empty figure with a centred grey note (nothing to draw yet)."""
     hidden = {"showticklabels": False, "showgrid": False, "zeroline": False}
@@ -149,7 +160,7 @@ def heatmap_height(num_layers: int) -> int:
 
 def error_heatmap(
     pruned: Sequence[SublayerPruned], *, num_layers: int = 0, linears: Sequence[str] = (),
-    title: str = "relative reconstruction error ‖ΔW·X‖ / ‖W·X‖", revision: Any = None,
+    title: str = "relative reconstruction error ‖ΔW·X‖/‖W·X‖", revision: Any = None,
     bounds: tuple[float, float] = ERROR_BOUNDS,
 ) -> go.Figure:
     """Heat-map of ``rel_error``: rows are decoder layers (0 at the top), columns the linears.
@@ -162,12 +173,11 @@ def error_heatmap(
     """
     matrix, columns = error_matrix(pruned, num_layers, linears)
     rows = len(matrix)
-    if rows and columns:
-        filled = sum(1 for row in matrix for value in row if math.isfinite(value))
-        title = f"{title} · {filled} of {rows * len(columns)} linears"
     height = heatmap_height(rows)
     if not rows or not columns:
         return note_figure(title, "waiting for the first pruned linear", height, revision)
+    filled = sum(1 for row in matrix for value in row if math.isfinite(value))
+    title = subtitled(title, f"{filled} of {rows * len(columns)} linears")
     low, high = bounds
     cells = {(e.layer, e.name): _cell_text(e) for e in pruned}
     text = [[cells.get((i, c), "not yet") for c in columns] for i in range(rows)]
@@ -176,7 +186,7 @@ def error_heatmap(
              "colorscale": "Viridis", "zmin": math.log10(low), "zmax": math.log10(high),
              "colorbar": _log_colorbar(bounds), "xgap": 1, "ygap": 1,
              "hovertemplate": "layer %{y} · %{x}<br>rel. error %{customdata:.4g}<br>%{text}<extra></extra>"}
-    layout = base_layout(title, height, revision,
+    layout = base_layout(title, height, revision, margin=TWO_LINE_MARGIN,
                          yaxis={"title": {"text": "decoder layer"}, "autorange": "reversed",
                                 "dtick": 1 if rows <= 32 else None},
                          xaxis={"title": {"text": "linear"}},
@@ -283,11 +293,9 @@ def _solver_lines(steps: Sequence[SolverStep], revision: Any, height: int) -> go
         notes.append(f"RTN's objective {rtn:.3g} (dashed)")
         traces.append(_reference_line([steps[0].step, steps[-1].step], rtn, "RTN's objective"))
     title = f"{first.solver} convergence · layer {first.layer} · {first.name}"
-    extra: Spec = {}
-    if notes:  # a second, smaller line: a narrow panel clips a long title
-        title += f"<br><span style='font-size:11px'>{' · '.join(notes)}</span>"
-        extra["margin"] = {"l": 60, "r": 20, "t": 58, "b": 44}
-    layout = base_layout(title, height, revision, xaxis={"title": {"text": "iteration"}},
+    extra: Spec = {"margin": TWO_LINE_MARGIN} if notes else {}
+    layout = base_layout(subtitled(title, " · ".join(notes)) if notes else title, height, revision,
+                         xaxis={"title": {"text": "iteration"}},
                          yaxis={"title": {"text": "objective"}, "type": "log" if positive else "linear"},
                          showlegend=False, **extra)
     return figure(traces, layout)

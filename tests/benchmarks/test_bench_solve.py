@@ -1,0 +1,22 @@
+"""bench_solve's records: the LAPACK share of SparseGPT's and Thanos's solves is reported against the floor."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks.bench_solve import LAPACK_OPS, bench_obs, flops_thanos
+from benchmarks.bench_thanos_layer import random_stats
+
+
+def test_the_lapack_calls_of_both_solves_are_counted_against_the_same_floor() -> None:
+    stats = random_stats(128, 512, torch.device("cpu"), 0)
+    W = torch.randn(96, 128, generator=torch.Generator().manual_seed(1)) * 0.02
+    sparsegpt, thanos = bench_obs("small", W, stats, rate=1e9, official=None)
+    assert thanos["solver"] == "thanos" and thanos["flops"] == flops_thanos(96, 128)
+    assert set(thanos["lapack_ops"]) == set(LAPACK_OPS)  # the factor, its inverse and the per-row solves
+    assert set(sparsegpt["lapack_ops"]) == {"aten::linalg_cholesky_ex", "aten::cholesky_inverse"}  # no small solves
+    for record in (sparsegpt, thanos):
+        assert record["lapack_seconds"] == pytest.approx(sum(record["lapack_ops"].values()), abs=2e-3)
+        floor = record["floor_seconds"]  # each figure is rounded in the record: compare within that rounding
+        assert record["lapack_over_floor"] * floor == pytest.approx(record["lapack_seconds"], abs=1e-3 + 5e-3 * floor)
