@@ -36,7 +36,8 @@ Flop counts (n = in, m = out, B = block size, p = sparsity; multiply-add = 2 flo
 For SparseGPT and Thanos a second, profiled run of the same solve (``torch.profiler``, not the timed run) gives
 ``lapack_seconds``: the CPU time inside the LAPACK calls whose float32 rounding the weight digests pin (the damped
 Cholesky, its inverse and the upper factor of the inverse; Thanos's batched per-row ``solve_ex``), per call in
-``lapack_ops``, and ``lapack_over_floor`` = lapack_seconds / floor. Where that is already above 2, no reordering of
+``lapack_ops``, ``lapack_over_floor`` = lapack_seconds / floor, and that run's own CPU seconds
+(``profiled_seconds``) with the LAPACK share of them (``lapack_share``). Where that is already above 2, no reordering of
 the rest of the solve reaches 2× its floor without replacing one of those calls, which moves the digests.
 
 The official SparseGPT (``--official``: the path of its ``sparsegpt.py``, with the repository's ``quant.py``
@@ -101,12 +102,17 @@ LAPACK_OPS = ("aten::linalg_cholesky_ex", "aten::cholesky_inverse", "aten::linal
 
 
 def lapack_seconds(fn: Any, floor: float) -> dict[str, Any]:
-    """CPU seconds of :data:`LAPACK_OPS` (op totals, children included) in one profiled ``fn()``, and over ``floor``."""
+    """Seconds inside :data:`LAPACK_OPS` (op totals, children included) in one profiled ``fn()``, and over ``floor``.
+
+    ``profiled_seconds`` is that run's own CPU time and ``lapack_share`` the LAPACK part of it (the profiled run
+    is a second run: its total may differ from the timed one's on a shared machine).
+    """
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
+        (_, cpu), _ = timed(fn)
     ops = {e.key: round(e.cpu_time_total / 1e6, 3) for e in prof.key_averages() if e.key in LAPACK_OPS}
     total = sum(ops.values())
-    return {"lapack_seconds": round(total, 3), "lapack_ops": ops,
+    return {"lapack_seconds": round(total, 3), "lapack_ops": ops, "profiled_seconds": round(cpu, 3),
+            "lapack_share": round(total / cpu, 3) if cpu > 0 else None,
             "lapack_over_floor": round(total / floor, 2) if floor > 0 else None}
 
 
