@@ -63,22 +63,16 @@ def _compact(layout: Spec) -> Spec:
             for key, value in layout.items() if value is not None}
 
 
-def base_layout(title: str, height: int = HEIGHT, revision: Any = None, **extra: Any) -> Spec:
-    """Title top-left, compact margins; ``uirevision`` keeps the user's zoom across live redraws."""
-    return {"title": {"text": title, "x": 0.01, "font": {"size": 14}}, "height": height,
-            "margin": {"l": 60, "r": 20, "t": 44, "b": 44}, "uirevision": revision if revision is not None else title,
-            **extra}
+def base_layout(title: str, height: int = HEIGHT, revision: Any = None, subtitle: str = "", **extra: Any) -> Spec:
+    """Title top-left, compact margins; ``uirevision`` keeps the user's zoom across live redraws.
 
-
-def subtitled(title: str, line: str) -> str:
-    """``title`` with ``line`` under it in a smaller font: a narrow panel clips one long title line.
-
-    Lay such a figure out with ``margin=TWO_LINE_MARGIN``.
+    A ``subtitle`` goes under the title in a smaller font, with a taller top margin for it: a narrow panel
+    clips one long title line.
     """
-    return f"{title}<br><span style='font-size:11px'>{line}</span>"
-
-
-TWO_LINE_MARGIN = {"l": 60, "r": 20, "t": 58, "b": 44}  # base_layout's margins with room for a subtitle
+    text = f"{title}<br><span style='font-size:11px'>{subtitle}</span>" if subtitle else title
+    return {"title": {"text": text, "x": 0.01, "font": {"size": 14}}, "height": height,
+            "margin": {"l": 60, "r": 20, "t": 58 if subtitle else 44, "b": 44},
+            "uirevision": revision if revision is not None else text, **extra}
 
 
 def note_figure(title: str, text: str, height: int = HEIGHT, revision: Any = None) -> go.Figure:
@@ -177,7 +171,6 @@ def error_heatmap(
     if not rows or not columns:
         return note_figure(title, "waiting for the first pruned linear", height, revision)
     filled = sum(1 for row in matrix for value in row if math.isfinite(value))
-    title = subtitled(title, f"{filled} of {rows * len(columns)} linears")
     low, high = bounds
     cells = {(e.layer, e.name): _cell_text(e) for e in pruned}
     text = [[cells.get((i, c), "not yet") for c in columns] for i in range(rows)]
@@ -186,7 +179,7 @@ def error_heatmap(
              "colorscale": "Viridis", "zmin": math.log10(low), "zmax": math.log10(high),
              "colorbar": _log_colorbar(bounds), "xgap": 1, "ygap": 1,
              "hovertemplate": "layer %{y} · %{x}<br>rel. error %{customdata:.4g}<br>%{text}<extra></extra>"}
-    layout = base_layout(title, height, revision, margin=TWO_LINE_MARGIN,
+    layout = base_layout(title, height, revision, subtitle=f"{filled} of {rows * len(columns)} linears",
                          yaxis={"title": {"text": "decoder layer"}, "autorange": "reversed",
                                 "dtick": 1 if rows <= 32 else None},
                          xaxis={"title": {"text": "linear"}},
@@ -292,12 +285,10 @@ def _solver_lines(steps: Sequence[SolverStep], revision: Any, height: int) -> go
     if math.isfinite(rtn):
         notes.append(f"RTN's objective {rtn:.3g} (dashed)")
         traces.append(_reference_line([steps[0].step, steps[-1].step], rtn, "RTN's objective"))
-    title = f"{first.solver} convergence · layer {first.layer} · {first.name}"
-    extra: Spec = {"margin": TWO_LINE_MARGIN} if notes else {}
-    layout = base_layout(subtitled(title, " · ".join(notes)) if notes else title, height, revision,
-                         xaxis={"title": {"text": "iteration"}},
+    layout = base_layout(f"{first.solver} convergence · layer {first.layer} · {first.name}", height, revision,
+                         subtitle=" · ".join(notes), xaxis={"title": {"text": "iteration"}},
                          yaxis={"title": {"text": "objective"}, "type": "log" if positive else "linear"},
-                         showlegend=False, **extra)
+                         showlegend=False)
     return figure(traces, layout)
 
 
