@@ -33,13 +33,12 @@ Flop counts (n = in, m = out, B = block size, p = sparsity; multiply-add = 2 flo
   Its floor times those products alone (the float64 ones as float64); L = λ_max(G) by ``eigvalsh`` is
   not a product and is reported apart (``eigvalsh_seconds``).
 
-For SparseGPT and Thanos a second run of the same solve (not the timed one), with the LAPACK calls whose
-float32 rounding the weight digests pin wrapped in a CPU clock (the damped Cholesky, its inverse and the upper
-factor of the inverse; Thanos's batched per-row ``solve_ex``), gives ``lapack_seconds`` (per call in
-``lapack_ops``), ``lapack_over_floor`` = lapack_seconds / floor, and that run's own CPU seconds
-(``profiled_seconds``) with the LAPACK share of them (``lapack_share``). Where ``lapack_over_floor`` is above 2,
-no reordering of the rest of the solve reaches 2× its floor without replacing one of those calls, which moves
-the digests.
+For SparseGPT and Thanos the timed run also clocks the LAPACK calls whose float32 rounding the weight digests pin
+(the damped Cholesky, its inverse and the upper factor of the inverse; Thanos's batched per-row ``solve_ex``; two
+clock reads per call, about a thousand calls per linear): ``lapack_seconds`` (per call in ``lapack_ops``), their
+share of the solve's CPU seconds (``lapack_share``) and ``lapack_over_floor`` = lapack_seconds / floor. Where
+``lapack_over_floor`` is above 2, no reordering of the rest of the solve reaches 2× its floor without replacing one
+of those calls, which moves the digests.
 
 The official SparseGPT (``--official``: the path of its ``sparsegpt.py``, with the repository's ``quant.py``
 beside it, which it imports) runs ``fasterprune(0.5, blocksize=128, percdamp=0.01)`` on an ``nn.Linear``
@@ -132,18 +131,15 @@ def lapack_clock() -> Any:
             setattr(owner, name, original)
 
 
-def lapack_seconds(fn: Any, floor: float) -> dict[str, Any]:
-    """CPU seconds inside :data:`LAPACK_OPS` in a second run of ``fn()``, and over ``floor``.
-
-    ``profiled_seconds`` is that run's own CPU time and ``lapack_share`` the LAPACK part of it (a second run:
-    its total may differ from the timed one's on a shared machine).
-    """
+def timed_lapack(fn: Any, floor: float) -> tuple[tuple[float, float], Any, dict[str, Any]]:
+    """``timed(fn)`` with :data:`LAPACK_OPS` clocked: ((wall, CPU seconds), result, the ``lapack_*`` fields)."""
     with lapack_clock() as spent:
-        (_, cpu), _ = timed(fn)
-    total = sum(spent.values())
-    return {"lapack_seconds": round(total, 3), "lapack_ops": {op: round(s, 3) for op, s in spent.items()},
-            "profiled_seconds": round(cpu, 3), "lapack_share": round(total / cpu, 3) if cpu > 0 else None,
-            "lapack_over_floor": round(total / floor, 2) if floor > 0 else None}
+        seconds, result = timed(fn)
+    total, cpu = sum(spent.values()), seconds[1]
+    return seconds, result, {
+        "lapack_seconds": round(total, 3), "lapack_ops": {op: round(s, 3) for op, s in spent.items()},
+        "lapack_share": round(total / cpu, 3) if cpu > 0 else None,
+        "lapack_over_floor": round(total / floor, 2) if floor > 0 else None}
 
 
 def rel_error(W: torch.Tensor, W_hat: torch.Tensor, H: torch.Tensor) -> float:
@@ -213,28 +209,23 @@ def bench_obs(linear: str, W: torch.Tensor, stats: LinearStats, rate: float, off
     """SparseGPT (ours and the official) and Thanos on one linear."""
     m, n = W.shape
     target = Unstructured(SPARSITY)
-    seconds, ours = timed(lambda: sparsegpt.prune(W, stats, target, sparsegpt.SparseGPTConfig(), SolveContext()))
     flops = flops_sparsegpt(m, n)
+    seconds, ours, lapack = timed_lapack(
+        lambda: sparsegpt.prune(W, stats, target, sparsegpt.SparseGPTConfig(), SolveContext()), flops / rate)
     fields: dict[str, Any] = {"seconds": seconds, "flops": flops, "floor_seconds": flops / rate,
                               "rel_error": round(rel_error(W, ours.weight, stats.gram), 6),
-                              "official_seconds": "not measured", "official_rel_error": "not measured"}
+                              "official_seconds": "not measured", "official_rel_error": "not measured", **lapack}
     if official is not None:
         (off_wall, off_cpu), off_weight = run_official(official, W, stats.gram)
         fields["official_seconds"], fields["official_wall_seconds"] = round(off_cpu, 3), round(off_wall, 3)
         fields["official_rel_error"] = round(rel_error(W, off_weight, stats.gram), 6)
         fields["mask_agreement"] = round(float((ours.keep_mask == (off_weight != 0)).float().mean()), 6)
-    fields.update(lapack_seconds(lambda: sparsegpt.prune(W, stats, target, sparsegpt.SparseGPTConfig(), SolveContext()),
-                                 flops / rate))
     records = [_record(linear, (m, n), "sparsegpt", **fields)]
-
-    def solve_thanos() -> Any:
-        return thanos.prune(W, stats, target, thanos.ThanosConfig(), SolveContext())
-
-    seconds, result = timed(solve_thanos)
     flops = flops_thanos(m, n)
+    seconds, result, lapack = timed_lapack(
+        lambda: thanos.prune(W, stats, target, thanos.ThanosConfig(), SolveContext()), flops / rate)
     records.append(_record(linear, (m, n), "thanos", seconds=seconds, flops=flops, floor_seconds=flops / rate,
-                           rel_error=round(rel_error(W, result.weight, stats.gram), 6),
-                           **lapack_seconds(solve_thanos, flops / rate)))
+                           rel_error=round(rel_error(W, result.weight, stats.gram), 6), **lapack))
     return records
 
 
