@@ -84,7 +84,7 @@ def category_difference_figure(a: np.ndarray, b: np.ndarray, labels: tuple[str, 
         data.append({"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name": name,
                      "marker": {"symbol": "square", "size": 14, "color": color, "line": {"color": "#888", "width": 1}}})
     title = f"{labels[0]} (A) vs {labels[1]} (B)<br>{tile.label} · {differ:.1%} of this tile kept by one run only"
-    layout = base_layout(title, 520, margin={"l": 60, "r": 20, "t": 80, "b": 40},
-                         legend={"orientation": "h", "x": 0.0, "y": -0.14, "yanchor": "top",
-                                 "title": {"text": "whole linear:"}}, **_axes(tile))
+    layout = {**base_layout(title, 520, margin={"l": 60, "r": 20, "t": 80, "b": 40},
+                            legend={"orientation": "h", "x": 0.0, "y": -0.14, "yanchor": "top",
+                                    "title": {"text": "whole linear:"}}), **_axes(tile)}
     return figure(data, layout)
