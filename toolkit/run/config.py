@@ -21,7 +21,8 @@ from toolkit.engine.options import DEVICES_AUTO, ERROR_MODES, FORWARD_DTYPES, FU
 from toolkit.errors import ToolkitError
 from toolkit.evaluation.tasks import AUTO, SOURCES, check_limit, parse_task_names
 from toolkit.methods import get_method
-from toolkit.models.sources import EMBEDDED, check_model_source
+from toolkit.models.embedded import is_embedded
+from toolkit.models.sources import check_model_source
 from toolkit.run.preflight import check_window
 from toolkit.spec.allocation import Allocation, parse_allocation
 from toolkit.spec.compression import Compression, QuantSpec, Unit, parse_compression
@@ -127,7 +128,7 @@ class RunConfig:
         check_text_source(self.calib, self.encoding)
         if self.eval_data:
             check_text_source(self.eval_data, self.encoding)
-        if not self.model.startswith("tiny-") and self.model != EMBEDDED:
+        if not self.model.startswith("tiny-") and not is_embedded(self.model):
             object.__setattr__(self, "model", absolute_path(self.model))
         for name in ("calib", "eval_data"):
             object.__setattr__(self, name, absolute_path(getattr(self, name)))

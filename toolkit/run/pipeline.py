@@ -27,6 +27,7 @@ from toolkit.methods import MethodSpec, get_method
 from toolkit.methods.base import Scope
 from toolkit.methods.quant_grid import QuantState
 from toolkit.models.layers import decoder_layers
+from toolkit.models.lineage import run_output, write_lineage
 from toolkit.models.load import BOS_FAMILIES, LoadedModel, load_model
 from toolkit.models.quant_checkpoint import StateCollector, check_savable, save_run_checkpoint
 from toolkit.models.shrunk import save_shrunk
@@ -158,6 +159,7 @@ def prepare(config: RunConfig) -> Prepared:
     check_context(loaded, config.seqlen, config.eval_seqlen if config.eval_data else None)
     if tasks:
         check_task_tokens(loaded.model, loaded.codec, tasks)
+    method_cfg = held_zeros(method_cfg, loaded)
     linears = check_targets(loaded.model, spec, config.compression)
     check_plan_fits(loaded.model, config)  # the exact layer sizes, still before the run folder exists
     config, note = config.fit_quant_group({cols for _, cols in linear_shapes(loaded.model).values()})
@@ -189,6 +191,17 @@ def prepare(config: RunConfig) -> Prepared:
         check_streamable(spec, engine_cfg)
     return Prepared(config, spec, method_cfg, engine_cfg, device, loaded, linears, calibration, test, protocol, tasks,
                     streamed, note)
+
+
+def held_zeros(method_cfg: Any, loaded: LoadedModel) -> Any:
+    """``keep_zeros=auto`` (GPTQ) resolved by the model's lineage (:mod:`toolkit.models.lineage`).
+
+    On for a pruned model, off for a dense or quantized source (its zeros are rounding, not a
+    pattern); left to the zero-fraction threshold when the lineage is unknown.
+    """
+    if getattr(method_cfg, "keep_zeros", None) != "auto" or loaded.lineage.sparse is None:
+        return method_cfg
+    return dataclasses.replace(method_cfg, keep_zeros="on" if loaded.lineage.sparse else "off")
 
 
 def engine_config(config: RunConfig) -> EngineConfig:
@@ -237,7 +250,8 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
     devices = used_devices(run.device, run.engine_cfg, config.propagate or run.spec.propagate)
     reset_gpu_peak(devices)
     collected = StateCollector() if config.save_model and config.quant is not None and run.streamed is None else None
-    zeros = input_zeros(model) if config.quant is not None and run.streamed is None else None  # a pruned input's
+    zeros = (input_zeros(model, run.loaded.lineage.sparse)  # a pruned input's: its lineage says whether it is one
+             if config.quant is not None and run.streamed is None else None)
 
     def on_mask(layer: int, name: str, keep: torch.Tensor) -> None:
         writer.mask(layer, name, keep.numpy())
@@ -306,12 +320,18 @@ def _save(config: RunConfig, run: Prepared, writer: RunWriter,
     if not config.save_model:
         return None
     model, codec, folder = run.loaded.model, run.loaded.codec, writer.path / "model"
+    lineage = run_output(run.loaded.lineage, chose_zeros=config.sparsity is not None and run.spec.scope is Scope.LINEAR,
+                         detail=f"{run.spec.name} {config.compression.label} (run {writer.run_id})")
     if run.streamed is not None:  # written by the streamed run, layer by layer
+        write_lineage(folder, lineage)  # where its zeros come from, for the runs that start from it
         return streamed_report(folder, model, sparse=config.sparsity is not None)
     try:
         if collected is not None:
-            return save_run_checkpoint(model, codec, folder, collected)
+            report = save_run_checkpoint(model, codec, folder, collected)
+            write_lineage(folder, lineage)
+            return report
         saved = save_shrunk(model, codec, folder)
+        write_lineage(saved, lineage)
     except OSError as exc:  # a full disk: the save removed its partial folder
         where = f" writing {exc.filename}" if exc.filename else ""
         raise MachineFailure(f"{exc.strerror or exc}{where}; no model folder was kept (the partial one was removed): "

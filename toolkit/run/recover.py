@@ -51,6 +51,7 @@ from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.evaluation.perplexity import perplexity
 from toolkit.events import EvalPoint, Event, RunFailed, RunFinished, RunStarted, RunWarning
 from toolkit.models.layers import decoder_layers, get_weight
+from toolkit.models.lineage import run_output, write_lineage
 from toolkit.models.load import load_model
 from toolkit.models.shrunk import save_shrunk
 from toolkit.run.accounting import folder_bytes
@@ -255,6 +256,7 @@ def _save(run: Prepared, folder: Path) -> dict[str, Any]:
     partial, final = folder / "model.partial", folder / "model"
     model = run.loaded.model
     save_shrunk(model, run.loaded.codec, partial)
+    write_lineage(partial, run_output(run.loaded.lineage, chose_zeros=False, detail=f"recovered ({folder.name})"))
     partial.rename(final)
     dtype = next(model.parameters()).dtype
     return {"folder": str(final), "format": "dense", "bytes": folder_bytes(final),

@@ -5,10 +5,14 @@ the input's zeros: GPTQ's error feedback writes into every later column unless i
 (:mod:`toolkit.methods.gptq`, ``keep_zeros``). This module measures it, for every quantizing run
 of an in-memory model (``--stream`` runs are not measured):
 
-- before the compression (:func:`input_zeros`): the exact zeros of each decoder-layer linear with
-  at least :data:`~toolkit.methods.gptq.SPARSE_INPUT` of its weights at 0 (a pruned model; the few
-  zeros of a dense checkpoint are no pattern), and the strongest n:m pattern they all follow
-  (2:4, else 4:8 along the inputs), else "unstructured";
+- before the compression (:func:`input_zeros`): the exact zeros of each decoder-layer linear of a
+  model whose lineage says its zeros are a chosen pattern (a pruning run's output,
+  :mod:`toolkit.models.lineage`); none of a model whose lineage says they are not (a dense or
+  quantized source: Gemma's Q4_K_M GGUF dequantizes with 6 % exact zeros that are rounding); and
+  for a model of unknown lineage, of each linear with at least
+  :data:`~toolkit.methods.gptq.SPARSE_INPUT` of its weights at 0 (the few zeros of a dense
+  checkpoint are no pattern). Also the strongest n:m pattern they all follow (2:4, else 4:8 along
+  the inputs), else "unstructured";
 - after it (:func:`zero_pattern`), on the weights written: how many of those zeros are still
   exactly 0, the zero fraction before → after, and for an n:m input how many groups of m now hold
   more than n nonzeros. result.json ``zero_pattern`` holds the counts and the summary's ``message``,
@@ -51,15 +55,23 @@ def _follows(weight: Tensor, n: int, m: int) -> bool:
     return cols % m == 0 and int((weight != 0).reshape(rows, cols // m, m).sum(dim=2).max()) <= n
 
 
-def input_zeros(model: nn.Module) -> InputZeros | None:
-    """The zeros of ``model``'s sparse decoder-layer linears before a quantizer runs; None when none is sparse."""
+def input_zeros(model: nn.Module, sparse: bool | None = None) -> InputZeros | None:
+    """The zeros of ``model``'s sparse decoder-layer linears before a quantizer runs; None when none is sparse.
+
+    ``sparse`` is the model's lineage (:attr:`toolkit.models.lineage.Lineage.sparse`): False gives None
+    at once, True counts every linear with a zero, None counts those at or above ``SPARSE_INPUT``.
+    """
+    if sparse is False:
+        return None
+    floor = 0.0 if sparse else SPARSE_INPUT  # the share of zeros that makes a linear sparse
     found = InputZeros()
     candidates = list(PATTERNS)
     with torch.no_grad():
         for key, module in _linears(model).items():
             weight = get_weight(module)
             zero = weight == 0
-            if int(zero.sum()) < SPARSE_INPUT * weight.numel() or weight.numel() == 0:
+            count = int(zero.sum())
+            if count == 0 or count < floor * weight.numel():
                 continue
             found.packed[key] = np.packbits(zero.cpu().numpy().ravel())
             candidates = [(n, m) for n, m in candidates if _follows(weight, n, m)]
