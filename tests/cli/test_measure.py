@@ -115,5 +115,8 @@ def test_the_table_is_built_from_the_record_alone() -> None:
     assert rows["decode tokens/s, batch 1"] == ["10.0", "8.0", "1.25"]
     assert "load: device memory" not in rows  # not on a GPU: no row
     assert "not smaller" not in table(record)
-    same = {**record, "models": [{**model, "params": 100}, dense]}
+    same = {**record, "models": [{**model, "params": 100, "bytes_on_disk": 2 * 2**20}, dense]}
     assert "not smaller or faster as saved" in table(same)
+    packed = {**record, "models": [{**model, "params": 100}, dense]}  # INT4 codes: dequantized to the same shapes
+    assert table(packed).splitlines()[-1].startswith("smaller on disk, not faster: its weights take 0.50× the dense "
+                                                     "source's (1.0 MiB less), but they load dequantized into bfloat16")

@@ -20,7 +20,7 @@ from toolkit.events import RunFinished, RunWarning
 from toolkit.figures.frontier_runs import store_frontier
 from toolkit.live.recovery import RecoveryView
 from toolkit.run import recover_bought
-from toolkit.run.accounting import folder_bytes
+from toolkit.run.accounting import weights_bytes
 from toolkit.store.runs import list_runs, open_run
 
 SHRUNK = {"method": "numerical", "sparsity": "structured:50%", "unit": "heads+channels", "eval_dense": True}
@@ -46,7 +46,7 @@ def test_a_recovered_shrunk_model_measures_its_bytes_and_speed_against_the_dense
     parent = open_run(shrunk_parent).result or {}
     bought = result["bought"]
     assert bought["stored_as"] == "shrunk" and bought["bytes_measured"] and bought["smaller_as_saved"]
-    assert bought["bytes_stored"] == folder_bytes(Path(result["run_dir"]) / "model") < bought["bytes_dense"]
+    assert bought["bytes_stored"] == weights_bytes(Path(result["run_dir"]) / "model") < bought["bytes_dense"]
     assert bought["bytes_dense"] == parent["bought"]["bytes_dense"]
     assert (bought["params_before"], bought["params_after"]) == (parent["bought"]["params_before"],
                                                                  parent["bought"]["params_after"])
@@ -93,7 +93,7 @@ def test_a_recovered_masked_model_is_not_smaller_as_saved(store: Path, capsys: p
     (child,) = [r for r in list_runs(store) if r.config.get("method") == "recover"]
     bought = (child.result or {})["bought"]
     assert bought["stored_as"] == "dense" and not bought["smaller_as_saved"] and bought["speed"] is None
-    assert bought["bytes_measured"] and bought["bytes_stored"] == folder_bytes(child.path / "model")
+    assert bought["bytes_measured"] and bought["bytes_stored"] == weights_bytes(child.path / "model")
     assert bought["kept_weights"] < bought["params_before"] == bought["params_after"]
     out = capsys.readouterr().out
     assert "bought: " in out and "not smaller or faster as saved" in out

@@ -108,9 +108,19 @@ def table(record: dict[str, Any]) -> str:
 
 
 def _verdict(models: list[dict[str, Any]]) -> list[str]:
-    """One plain line when the model has the dense source's shapes: not smaller or faster as saved."""
+    """One plain line when the model has the dense source's shapes and dtype: smaller on disk or not, not faster.
+
+    A packed checkpoint (INT4 codes) has the source's parameters once loaded (dequantized into the
+    same dtype) but fewer bytes on disk: it says by how much. A dense one has neither.
+    """
     if len(models) < 2 or models[0]["params"] != models[1]["params"] or models[0]["dtype"] != models[1]["dtype"]:
         return []
+    ours, dense = models[0].get("bytes_on_disk"), models[1].get("bytes_on_disk")
+    if ours and dense and ours < 0.99 * dense:
+        return ["", f"smaller on disk, not faster: its weights take {ours / dense:.2f}× the dense source's "
+                f"({(dense - ours) / 2**20:.1f} MiB less), but they load dequantized into {models[0]['dtype']}, so it "
+                "multiplies as many weights as the dense source and any difference in tokens/s above is the "
+                "machine's noise"]
     return ["", "not smaller or faster as saved: the same parameters in the same dtype as the dense source (pruned "
             "weights are stored as zeros and multiplied like any other), so any difference in tokens/s above is the "
             "machine's noise"]

@@ -127,3 +127,8 @@ def _estimated_bytes(model: nn.Module, linear_bits: Mapping[int, float]) -> int:
 def folder_bytes(path: str | Path) -> int:
     """Bytes of every file under ``path`` (a saved checkpoint folder)."""
     return sum(file.stat().st_size for file in Path(path).rglob("*") if file.is_file())
+
+
+def weights_bytes(path: str | Path) -> int:
+    """Bytes of the ``*.safetensors`` files under ``path``: the weights, without tokenizer and config."""
+    return sum(file.stat().st_size for file in Path(path).rglob("*.safetensors") if file.is_file())

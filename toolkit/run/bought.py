@@ -10,9 +10,10 @@ result.json's ``bought`` section, also carried on :class:`~toolkit.events.RunFin
   decoder layers after depth pruning) or
   ``"shrunk+pack-quantized"``;
 - ``bytes_dense``: the source model's parameters stored dense in their dtype (counted before the
-  compression); ``bytes_stored``: the compressed model as the run saves it, the measured size of
-  the saved folder when it was saved (``bytes_measured``), else computed the same way as
-  ``bytes_dense`` with quantized linears at their bits per weight;
+  compression); ``bytes_stored``: the compressed model's weights as the run saves them, the
+  measured size of the saved ``*.safetensors`` files when it was saved (``bytes_measured``; the
+  tokenizer and config are left out on both sides: Gemma's tokenizer alone is 33 MB), else
+  computed the same way as ``bytes_dense`` with quantized linears at their bits per weight;
 - ``smaller_as_saved``: False for a pruned model stored dense (its zeros take as many bytes as the
   weights did), else whether ``bytes_stored`` < ``bytes_dense``;
 - ``speed``: greedy decode tokens/s at batch 1 of the dense and the compressed model
@@ -38,7 +39,7 @@ import torch
 from torch import nn
 
 from toolkit.evaluation.speed import BATCH, NEW_TOKENS, PROMPT_TOKENS, REPEATS, Throughput, compare
-from toolkit.run.accounting import Accounting, dense_bytes
+from toolkit.run.accounting import Accounting, dense_bytes, weights_bytes
 
 STORED_AS = ("dense", "pack-quantized", "shrunk", "shrunk+pack-quantized")
 log = logging.getLogger(__name__)
@@ -108,8 +109,9 @@ def bought(price: DensePrice, model: nn.Module, device: torch.device, accounting
     dense one was measured and the model shrank (the caller names that stage: :func:`measures_speed`).
     """
     kind = stored_as(accounting, quantized and (checkpoint is None or checkpoint.get("format") != "dense"))
-    measured = checkpoint is not None and checkpoint.get("bytes") is not None
-    stored = int(checkpoint["bytes"]) if checkpoint is not None and measured else int(accounting.estimated_bytes)
+    measured = checkpoint is not None and checkpoint.get("folder") is not None
+    stored = weights_bytes(checkpoint["folder"]) if checkpoint is not None and measured else \
+        int(accounting.estimated_bytes)
     speed = None
     if price.tokens_per_s is not None and kind.startswith("shrunk"):
         by_batch = compare([model], price.prompt, device)[0]
