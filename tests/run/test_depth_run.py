@@ -101,3 +101,19 @@ def test_depth_with_stream_is_refused_in_one_line(tmp_path: Path, capsys: pytest
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert lines[-1].startswith("error: --stream runs linear-scope methods; depth changes the layers' shapes")
     assert not list_runs(tmp_path / "runs")
+
+
+def test_the_cli_names_the_removed_layers_and_prints_every_layers_scores(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    assert main(["prune", *TINY[:6], "--method", "depth", "--sparsity", "structured:1 layer", "--eval", "none",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    (run,) = list_runs(tmp_path)
+    (scored,) = [e for e in run.events() if isinstance(e, DepthScored)]
+    head = out.index(next(line for line in out if line.startswith("decoder layers removed: ")))
+    assert out[head].startswith(f"decoder layers removed: {scored.removed[0]} (1 of 2; scored by block influence")
+    rows = out[head + 2:head + 4]
+    assert [row.split()[0] for row in rows] == ["0", "1"]
+    assert [row.endswith("removed") for row in rows] == [layer in scored.removed for layer in (0, 1)]
+    assert float(rows[1].split()[1]) == pytest.approx(scored.influence[1], abs=1e-4)
+    assert "relative reconstruction error" not in "\n".join(out)  # no empty per-linear table

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from tqdm.auto import tqdm
 
 from toolkit.events import (
+    DepthScored,
     EvalProgress,
     Event,
     LayerDone,
@@ -47,6 +48,7 @@ class ProgressView:
         self._layers: tqdm | None = None
         self._scored: tqdm | None = None
         self._eval: dict[str, tqdm] = {}
+        self.depth: DepthScored | None = None  # a depth run's layer scores and choice, for its table
 
     def on_event(self, event: Event) -> None:
         """Advance the bars from engine events."""
@@ -71,6 +73,8 @@ class ProgressView:
         elif isinstance(event, EvalProgress):
             stage = f"eval {event.phase}" if event.what == "perplexity" else f"{event.what} {event.phase}"
             advance_bar(self._eval, stage, event.done, event.total, UNITS.get(event.what, "req"), self._file)
+        elif isinstance(event, DepthScored):
+            self.depth = event
         elif isinstance(event, RunWarning):
             where = f" (layer {event.layer} {event.name})" if event.layer >= 0 else ""
             tqdm.write(f"warning: {event.message}{where}", file=self._file)
@@ -99,12 +103,29 @@ def _close_when_full(bar: tqdm | None) -> None:
         bar.close()
 
 
-def layer_table(result: dict[str, Any]) -> str:
+def depth_table(depth: DepthScored) -> str:
+    """A depth run's table: every decoder layer's scores, the removed ones marked and named above."""
+    removed = sorted(depth.removed)
+    score = {"bi": "block influence 1 − E[cos(x_in, x_out)]", "angular": f"angular distance of {depth.block} layers"}
+    lines = [f"decoder layers removed: {', '.join(map(str, removed)) or 'none'} ({len(removed)} of {depth.num_layers}; "
+             f"scored by {score.get(depth.score, depth.score)} on {depth.tokens:,} tokens)",
+             "layer  influence  skip error" + ("   angular" if depth.angular else "") + "  removed"]
+    for layer in range(depth.num_layers):
+        angular = f"{depth.angular[layer]:>10.4f}" if layer < len(depth.angular) else " " * 10 * bool(depth.angular)
+        lines.append(f"{layer:>5} {depth.influence[layer]:>10.4f} {depth.identity_error[layer]:>11.4f}{angular}"
+                     f"  {'removed' if layer in removed else ''}".rstrip())
+    return "\n".join(lines)
+
+
+def layer_table(result: dict[str, Any], depth: DepthScored | None = None) -> str:
     """A table with one row per decoder layer.
 
     The relative reconstruction error of every linear (columns), the sparsity (from the keep-masks) and,
-    when quantized, the mean bits per weight.
+    when quantized, the mean bits per weight. A depth run (whole layers removed, ``depth`` its scores)
+    gets :func:`depth_table` instead.
     """
+    if depth is not None:
+        return depth_table(depth)
     by_layer: dict[int, dict[str, float]] = defaultdict(dict)
     sparsity: dict[int, list[float]] = defaultdict(list)
     bits: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (bits, weights) of each quantized linear
