@@ -64,7 +64,7 @@ def build_app(default_model: str = "smollm2-135m", runs_dir: str = "runs"):  # n
                 lesson = lesson_tab.build(gr, default_model=default_model, runs_dir=runs_dir)
         compare_page.select(compare["refresh"], inputs=history, outputs=compare["runs"])
         runs_page.select(runs["refresh"], outputs=runs["outputs"])
-        lesson_page.select(lesson["refresh"], outputs=lesson["plan"])
+        lesson_page.select(lesson["refresh"], inputs=lesson["model"], outputs=lesson["plan"])
 
         def on_unload(request: gr.Request) -> None:
             SESSIONS.close_session(run_tab.session_of(request))

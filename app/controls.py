@@ -76,7 +76,7 @@ def model_controls(gr: Any, default_model: str, prefix: str = "run") -> tuple[An
     """The model dropdown (embedded default preselected) and the hub id / local path field."""
     choices = list(dict.fromkeys([default_model, *forms.MODELS]))
     model = gr.Dropdown(choices=choices, value=default_model, allow_custom_value=True, label="Model",
-                        info="smollm2-135m is embedded; tiny-* are random test models", elem_id=f"{prefix}-model")
+                        info=f"{forms.EMBEDDED_NOTE}; tiny-* are random test models", elem_id=f"{prefix}-model")
     path = gr.Textbox(label="…or a Hugging Face id / local path (overrides the list)", value="",
                       placeholder="facebook/opt-125m, /path/to/checkpoint, model.gguf", elem_id=f"{prefix}-model-path")
     return model, path

@@ -20,12 +20,14 @@ from app.allocation_form import AllocationSettings
 from toolkit.api import RunConfig, list_methods
 from toolkit.errors import ToolkitError
 from toolkit.evaluation.tasks import DEFAULT_TASKS, parse_task_names
+from toolkit.models.embedded import EMBEDDED_MODELS
 from toolkit.run.protocols import PROTOCOLS, QUICK
 from toolkit.runtime.threads import pick_threads
 from toolkit.spec.compression import QuantSpec, Unit, parse_unit
 from toolkit.spec.targets import NM, Structured, Target, Unstructured, parse_sparsity
 
-MODELS = ("smollm2-135m", "tiny-llama", "tiny-opt", "tiny-gpt2", "tiny-qwen2", "tiny-gemma3")
+MODELS = (*EMBEDDED_MODELS, "tiny-llama", "tiny-opt", "tiny-gpt2", "tiny-qwen2", "tiny-gemma3")
+EMBEDDED_NOTE = "; ".join(f"{m.name} ({m.licence})" for m in EMBEDDED_MODELS.values()) + " are embedded"
 CALIB_SOURCES = ("wiki", "wikitext2", "c4", "ptb")
 PATTERNS = {"unstructured": "unstructured", "nm": "n:m", "structured": "structured"}  # target kind → label
 NO_SPARSITY = "none"  # the pattern label of a quantize-only run (offered for methods that quantize)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Generator, Iterator
 from typing import Any
 
-from app import howto
+from app import forms, howto
 from app.howto import Plot
 from app.jobs import DONE, Job, device_queue
 from toolkit.api import CancelToken, open_run
@@ -26,6 +26,7 @@ from toolkit.events import EvalPoint, Generated, LayerDone, RunFinished, RunStar
 from toolkit.figures import masks as viz_masks
 from toolkit.live.phase import format_seconds
 from toolkit.live.view import RunView
+from toolkit.models.embedded import EMBEDDED_MODELS
 from toolkit.teach import figures as viz_lesson
 from toolkit.teach import lesson
 from toolkit.teach.lesson_view import (
@@ -268,7 +269,14 @@ def _run_missing(plan: lesson.LessonPlan, runs_dir: str, cancel: CancelToken, st
 
 
 def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
-    """Lay out the Lesson tab inside the current Blocks and wire its button; returns the plan refresher."""
+    """Lay out the Lesson tab inside the current Blocks and wire its button; returns the plan refresher.
+
+    The model is one of the embedded ones (the app's ``--model`` first when it is another): the
+    Lesson is planned, run and drawn on the one picked.
+    """
+    choices = list(dict.fromkeys([default_model, *forms.MODELS[:len(EMBEDDED_MODELS)]]))
+    model = gr.Dropdown(choices=choices, value=default_model, label="Model", info=forms.EMBEDDED_NOTE,
+                        elem_id="lesson-model", scale=0, min_width=220)
     plan = gr.Markdown(elem_id="lesson-plan")
     with gr.Row():
         start = gr.Button("Run the lesson", variant="primary", elem_id="lesson-button", scale=0)
@@ -289,17 +297,19 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
                "ppl": ppl, "masks": masks,
                "generations": generations, "walkthrough": story}
 
-    def handler() -> Iterator[dict]:
+    def handler(name: str) -> Iterator[dict]:
         token = CancelToken()
         try:
-            for update in lesson_stream(default_model, runs_dir, token):
+            for update in lesson_stream(name or default_model, runs_dir, token):
                 yield {outputs[key]: value for key, value in update.items()}
         finally:
             token.cancel()  # the page went away or Cancel was pressed: stop a run in progress
 
-    def refresh() -> str:
-        return plan_markdown(default_model, runs_dir)
+    def refresh(name: str | None = None) -> str:
+        return plan_markdown(name or default_model, runs_dir)
 
-    event = start.click(handler, outputs=list(outputs.values()), concurrency_limit=1, show_progress="hidden")
+    event = start.click(handler, inputs=model, outputs=list(outputs.values()), concurrency_limit=1,
+                        show_progress="hidden")
     stop.click(None, cancels=[event])
-    return {"refresh": refresh, "plan": plan}
+    model.change(refresh, inputs=model, outputs=plan, queue=False)
+    return {"refresh": refresh, "plan": plan, "model": model}

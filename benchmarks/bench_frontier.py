@@ -111,8 +111,7 @@ def dense_point(name: str, settings: Settings, windows: int | None) -> dict[str,
     """The dense source's record: its perplexity on the CPU protocol and its own speed (ratio 1)."""
     from toolkit.data.text import eval_windows, load_tokens
     from toolkit.evaluation.perplexity import perplexity
-    from toolkit.models.load import load_model
-    from toolkit.run.pipeline import bos_id
+    from toolkit.models.load import bos_id, load_model
     from toolkit.run.protocols import CPU as protocol
 
     loaded = load_model(name)

@@ -206,9 +206,8 @@ def evaluate_model(
     check_text_source(data, encoding)
     from toolkit.data.text import eval_windows, load_tokens
     from toolkit.evaluation.perplexity import perplexity
-    from toolkit.models.load import load_model
+    from toolkit.models.load import bos_id, load_model
     from toolkit.run.checks import check_context
-    from toolkit.run.pipeline import bos_id
     from toolkit.runtime.devices import resolve_device
 
     dev = resolve_device(device)

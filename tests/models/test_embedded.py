@@ -1,7 +1,8 @@
 """The embedded models' catalogue: installed or not, chunks joined and checked (toolkit/models/embedded.py).
 
-A fake chunked model is installed into a temporary folder on ``sys.path`` (two packages, one chunk
-each), so joining, the checksum and the messages are tested without the real 253 MB of Gemma.
+A fake chunked model lies in a temporary folder (two packages, one chunk each, located where the
+catalogue looks packages up), so joining, the checksum and the messages are tested without the real
+253 MB of Gemma.
 """
 
 from __future__ import annotations
@@ -29,14 +30,15 @@ PARTS = (b"GGUF" + b"a" * 3000, b"b" * 2000)
 
 
 def _fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digest: str | None = None) -> EmbeddedModel:
-    """A two-chunk model whose packages lie in ``tmp_path/site`` (on sys.path)."""
+    """A two-chunk model whose packages lie in ``tmp_path/site``."""
+    import toolkit.models.embedded as catalogue
+
     site = tmp_path / "site"
     for n, part in enumerate(PARTS):
         data = site / f"fakepart{n}_{tmp_path.name}" / "data"
         data.mkdir(parents=True)
-        (data.parent / "__init__.py").write_text("raise ImportError('a chunk package is never imported')\n")
         (data / f"fake.gguf.part0{n}").write_bytes(part)
-    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(catalogue, "_package_folder", lambda module: site / module if (site / module).is_dir() else None)
     return EmbeddedModel(name="fake-1m", label="fake", licence="none", licence_file=None,
                          packages=("fake-part0==1.0", "fake-part1==1.0"),
                          chunks=tuple(Chunk(f"fakepart{n}_{tmp_path.name}", f"data/fake.gguf.part0{n}")

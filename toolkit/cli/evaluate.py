@@ -99,8 +99,8 @@ def _perplexity(args: argparse.Namespace, loaded: Any, data: str, windows: int |
     from toolkit.cli.view import advance_bar
     from toolkit.data.text import eval_windows, load_tokens
     from toolkit.evaluation.perplexity import perplexity
+    from toolkit.models.load import bos_id
     from toolkit.run.checks import check_context
-    from toolkit.run.pipeline import bos_id
     from toolkit.runtime.devices import resolve_device
 
     check_context(loaded, seqlen=args.seqlen)

@@ -1,4 +1,4 @@
-"""The command line: ``python -m toolkit prune | eval | methods | runs``.
+"""The command line: ``python -m toolkit prune | eval | methods | models | runs``.
 
 A user's mistake prints one line starting with ``error:`` and exits with 2 (no traceback), before
 any model loads; a failure of the machine or a library (disk full, permission denied, out of
@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show the traceback of a failure instead of one error line (also PRUNELAB_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prune", help="prune a model and evaluate it")
-    p.add_argument("--model", default="smollm2-135m", help="smollm2-135m | tiny-llama | DIR | FILE.gguf | HF id")
+    p.add_argument("--model", default="smollm2-135m", help="smollm2-135m | gemma-3-270m | tiny-llama | DIR | "
+                   "FILE.gguf | HF id (see `python -m toolkit models`)")
     p.add_argument("--method", default="wanda", help="see `python -m toolkit methods`")
     p.add_argument("--sparsity", default=None,
                    help="50%%, 0.5, 2:4, 4:8, structured:30%%, 'structured:4 layers' (--method depth), or none "
@@ -135,6 +136,8 @@ def _add_other_commands(sub: Any) -> None:
     g.add_argument("--json", default=None, help="write the texts and the protocol to this file")
     m = sub.add_parser("methods", help="methods, their options and the sparsity patterns they support")
     m.add_argument("--json", action="store_true")
+    n = sub.add_parser("models", help="the embedded models (installed by make setup), their licences, the tiny ones")
+    n.add_argument("--json", action="store_true")
     r = sub.add_parser("runs", help="list the run store")
     r.add_argument("--out", default="runs")
 
@@ -146,8 +149,8 @@ def _add_scale_options(p: argparse.ArgumentParser) -> None:
                         "(fp32 with a warning where the device has no bf16); statistics and solves stay float32")
     p.add_argument("--dtype", default="auto", choices=STORAGE_DTYPES,
                    help="the model's dtype on the host and in the saved checkpoint: auto = the checkpoint's own "
-                        "(bfloat16 for most; float32 for the embedded GGUF and tiny models); layers are upcast one at "
-                        "a time where the passes run in float32")
+                        "(bfloat16 for most, a .gguf and gemma-3-270m; float32 for smollm2-135m and the tiny models); "
+                        "layers are upcast one at a time where the passes run in float32")
     p.add_argument("--distributed", action="store_true",
                    help="solve the layers on the ranks of `torchrun --nproc-per-node N -m toolkit prune …` "
                         "(needs --propagate dense)")
@@ -176,6 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return eval_command(args)
         if args.command == "methods":
             return _methods(args)
+        if args.command == "models":
+            from toolkit.cli.models import run_models
+
+            return run_models(args)
         if args.command == "recover":
             from toolkit.cli.recover import run_recover
 

@@ -51,6 +51,11 @@ class LoadedModel:
     lineage: Lineage = UNKNOWN  # where its exact zeros come from (toolkit.models.lineage)
 
 
+def bos_id(loaded: LoadedModel) -> int | None:
+    """BOS id for models that need it at the start of every window (Gemma), else None."""
+    return loaded.codec.bos_id if getattr(loaded.model.config, "model_type", "") in BOS_FAMILIES else None
+
+
 def config_dtype(path: Path) -> torch.dtype:
     """The dtype a checkpoint folder's config.json says its weights are stored in (float32 when it says none)."""
     config = path / "config.json"

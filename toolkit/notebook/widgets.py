@@ -41,6 +41,7 @@ from toolkit.figures.registry import ALLOCATION_ROW, FIGURES, ROWS, STRUCTURE_RO
 from toolkit.figures.registry import figure as view_figure
 from toolkit.live.phase import format_seconds, progress_line
 from toolkit.live.view import RunView
+from toolkit.models.embedded import EMBEDDED_MODELS
 from toolkit.notebook.background import BackgroundPanel
 from toolkit.notebook.kernel_note import kernel_note
 from toolkit.notebook.panels import (
@@ -122,7 +123,9 @@ class Dashboard(BackgroundPanel):
                     "generate": False, "allocation": "uniform", "refine": "", **protocol}
         self.runs_dir = runs_dir
         field = w.Layout(**FIELD)
-        self.model = w.Text(value=model, description="model", layout=field)
+        self.model = w.Combobox(value=model, options=[*EMBEDDED_MODELS, "tiny-llama"], ensure_option=False,
+                                description="model", placeholder="gemma-3-270m, a folder, a .gguf, a hub id",
+                                layout=field)
         self.method = w.Dropdown(options=[m["name"] for m in list_methods()], value=method, description="method",
                                  layout=field)
         self.sparsity = w.Text(value=sparsity, description="sparsity", placeholder="50%, 2:4, structured:30%",

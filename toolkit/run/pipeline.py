@@ -6,6 +6,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,8 +28,8 @@ from toolkit.methods import MethodSpec, get_method
 from toolkit.methods.base import Scope
 from toolkit.methods.quant_grid import QuantState
 from toolkit.models.layers import decoder_layers
-from toolkit.models.lineage import run_output, write_lineage
-from toolkit.models.load import BOS_FAMILIES, LoadedModel, load_model
+from toolkit.models.lineage import write_lineage
+from toolkit.models.load import LoadedModel, bos_id, load_model
 from toolkit.models.quant_checkpoint import StateCollector, check_savable, save_run_checkpoint
 from toolkit.models.shrunk import save_shrunk
 from toolkit.models.sources import is_shrunk
@@ -47,24 +48,20 @@ from toolkit.run.evals import (
     zero_shot_entry,
 )
 from toolkit.run.inputs import check_input_files, check_plan_fits
+from toolkit.run.lineage import held_zeros, output_lineage
 from toolkit.run.outcome import failure_error, failure_message, kept_message, stopped_message
 from toolkit.run.preflight import check_writable_dir
 from toolkit.run.provenance import cached_dense_ppl, dense_ppl_key, git_head, peak_rss_mb, store_dense_ppl
-from toolkit.run.record import result_record
+from toolkit.run.record import result_record, stored_quant
 from toolkit.run.zero_pattern import input_zeros, zero_pattern
 from toolkit.runtime.devices import resolve_device
 from toolkit.runtime.placement import storage_dtype
 from toolkit.runtime.precision import DTYPE_NAMES
 from toolkit.spec.allocation import parse_allocation
 from toolkit.spec.refine import parse_refine
-from toolkit.store.runs import RunWriter, StoredQuant
+from toolkit.store.runs import RunWriter
 
 Progress = Callable[[str, int, int], None]
-
-
-def bos_id(loaded: LoadedModel) -> int | None:
-    """BOS id for models that need it at the start of every window (Gemma), else None."""
-    return loaded.codec.bos_id if getattr(loaded.model.config, "model_type", "") in BOS_FAMILIES else None
 
 
 @dataclass
@@ -193,17 +190,6 @@ def prepare(config: RunConfig) -> Prepared:
                     streamed, note)
 
 
-def held_zeros(method_cfg: Any, loaded: LoadedModel) -> Any:
-    """``keep_zeros=auto`` (GPTQ) resolved by the model's lineage (:mod:`toolkit.models.lineage`).
-
-    On for a pruned model, off for a dense or quantized source (its zeros are rounding, not a
-    pattern); left to the zero-fraction threshold when the lineage is unknown.
-    """
-    if getattr(method_cfg, "keep_zeros", None) != "auto" or loaded.lineage.sparse is None:
-        return method_cfg
-    return dataclasses.replace(method_cfg, keep_zeros="on" if loaded.lineage.sparse else "off")
-
-
 def engine_config(config: RunConfig) -> EngineConfig:
     """The engine options of a :class:`toolkit.api.RunConfig`."""
     same = ("propagate", "sequential", "batch_size", "device", "fused", "error_windows", "error", "devices",
@@ -320,31 +306,21 @@ def _save(config: RunConfig, run: Prepared, writer: RunWriter,
     if not config.save_model:
         return None
     model, codec, folder = run.loaded.model, run.loaded.codec, writer.path / "model"
-    lineage = run_output(run.loaded.lineage, chose_zeros=config.sparsity is not None and run.spec.scope is Scope.LINEAR,
-                         detail=f"{run.spec.name} {config.compression.label} (run {writer.run_id})")
-    if run.streamed is not None:  # written by the streamed run, layer by layer
-        write_lineage(folder, lineage)  # where its zeros come from, for the runs that start from it
-        return streamed_report(folder, model, sparse=config.sparsity is not None)
-    try:
-        if collected is not None:
-            report = save_run_checkpoint(model, codec, folder, collected)
-            write_lineage(folder, lineage)
-            return report
-        saved = save_shrunk(model, codec, folder)
-        write_lineage(saved, lineage)
+    try:  # streamed: written by the run, layer by layer
+        report = streamed_report(folder, model, sparse=config.sparsity is not None) if run.streamed is not None \
+            else save_run_checkpoint(model, codec, folder, collected) if collected is not None \
+            else _dense_report(save_shrunk(model, codec, folder), model)
+        write_lineage(folder, output_lineage(run.loaded.lineage, config, run.spec, writer.run_id))  # for its children
     except OSError as exc:  # a full disk: the save removed its partial folder
         where = f" writing {exc.filename}" if exc.filename else ""
         raise MachineFailure(f"{exc.strerror or exc}{where}; no model folder was kept (the partial one was removed): "
                            "free disk space and rerun with --save-model") from None
+    return report
+
+
+def _dense_report(saved: Path, model: torch.nn.Module) -> dict[str, Any]:
     return {"folder": str(saved), "format": "dense", "bytes": folder_bytes(saved), "per_layer": is_shrunk(saved),
             "dtype": DTYPE_NAMES.get(storage_dtype(model), str(storage_dtype(model)))}
-
-
-def stored_quant(state: QuantState) -> StoredQuant:
-    """A quantization state as the run store keeps it (numpy, on the CPU)."""
-    return StoredQuant(codes=state.codes.cpu().numpy(), scales=state.scales.float().cpu().numpy(),
-                       zeros=state.zeros.float().cpu().numpy(), bits=state.spec.bits,
-                       group_size=state.spec.group_size, symmetric=state.spec.symmetric)
 
 
 def _eval(loaded: LoadedModel, windows: torch.Tensor, device: torch.device, progress: Callable[[int, int], None],

@@ -8,12 +8,13 @@ from typing import Any
 
 from toolkit.engine.phases import phase_totals
 from toolkit.engine.state import EngineResult
+from toolkit.methods.quant_grid import QuantState
 from toolkit.run.accounting import Accounting
 from toolkit.run.config import RunConfig
 from toolkit.run.provenance import peak_rss_mb, versions
 from toolkit.runtime.placement import storage_dtype
 from toolkit.runtime.precision import DTYPE_NAMES
-from toolkit.store.runs import SCHEMA
+from toolkit.store.runs import SCHEMA, StoredQuant
 
 LAYER_FIELDS = ("layer", "name", "shape", "sparsity", "rel_error", "rel_error_dense", "seconds", "bits",
                 "quant_rel_error", "params_before", "params_after")
@@ -87,3 +88,10 @@ def refine_summary(refine: Any, layers: list[dict[str, Any]]) -> dict[str, Any] 
     return {**refine.to_dict(), "swaps": sum(int(r.get("info", {}).get("dsnot_swaps", 0)) for r in layers),
             "rel_error_before_mean": sum(before) / len(before) if before else None,
             "rel_error_after_mean": sum(after) / len(after) if after else None}
+
+
+def stored_quant(state: QuantState) -> StoredQuant:
+    """A quantization state as the run store keeps it (numpy, on the CPU)."""
+    return StoredQuant(codes=state.codes.cpu().numpy(), scales=state.scales.float().cpu().numpy(),
+                       zeros=state.zeros.float().cpu().numpy(), bits=state.spec.bits,
+                       group_size=state.spec.group_size, symmetric=state.spec.symmetric)

@@ -52,12 +52,11 @@ from toolkit.evaluation.perplexity import perplexity
 from toolkit.events import EvalPoint, Event, RunFailed, RunFinished, RunStarted, RunWarning
 from toolkit.models.layers import decoder_layers, get_weight
 from toolkit.models.lineage import run_output, write_lineage
-from toolkit.models.load import load_model
+from toolkit.models.load import bos_id, load_model
 from toolkit.models.shrunk import save_shrunk
 from toolkit.run.accounting import folder_bytes
 from toolkit.run.checks import check_context
 from toolkit.run.config import CancelToken
-from toolkit.run.pipeline import bos_id
 from toolkit.run.preflight import check_writable_dir
 from toolkit.run.provenance import peak_rss_mb, versions
 from toolkit.run.recover_before import recorded_before

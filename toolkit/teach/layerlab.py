@@ -34,9 +34,8 @@ from toolkit.events import Event, LayerDone
 from toolkit.methods import get_method
 from toolkit.methods.quant_grid import QuantState
 from toolkit.models.layers import decoder_layers
-from toolkit.models.load import load_model
+from toolkit.models.load import bos_id, load_model
 from toolkit.run.checks import check_context
-from toolkit.run.pipeline import bos_id
 from toolkit.runtime.devices import resolve_device
 from toolkit.spec.compression import parse_compression
 
