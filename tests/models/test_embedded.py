@@ -38,7 +38,8 @@ def _fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digest: str | None = 
         data = site / f"fakepart{n}_{tmp_path.name}" / "data"
         data.mkdir(parents=True)
         (data / f"fake.gguf.part0{n}").write_bytes(part)
-    monkeypatch.setattr(catalogue, "_package_folder", lambda module: site / module if (site / module).is_dir() else None)
+    monkeypatch.setattr(catalogue, "_package_folder",
+                        lambda module: site / module if (site / module).is_dir() else None)
     return EmbeddedModel(name="fake-1m", label="fake", licence="none", licence_file=None,
                          packages=("fake-part0==1.0", "fake-part1==1.0"),
                          chunks=tuple(Chunk(f"fakepart{n}_{tmp_path.name}", f"data/fake.gguf.part0{n}")
