@@ -292,7 +292,7 @@ def _prune_here(config: Any, json_path: str | None, start: str, not_saved: str =
         result = prune_model(config, on_event=view.on_event)
     finally:
         view.close()
-    print(layer_table(result, view.depth))
+    print(layer_table(result, view.depth, view.units))
     summary(result, not_saved)
     if json_path:
         write_json(json_path, result)

@@ -27,6 +27,7 @@ from toolkit.events import (
     RunStarted,
     RunWarning,
     SublayerPruned,
+    UnitsRemoved,
 )
 from toolkit.store.runs import RunRecord
 from toolkit.store.safe_text import terminal
@@ -49,6 +50,7 @@ class ProgressView:
         self._scored: tqdm | None = None
         self._eval: dict[str, tqdm] = {}
         self.depth: DepthScored | None = None  # a depth run's layer scores and choice, for its table
+        self.units: list[UnitsRemoved] = []  # a block-scope run's heads and channels removed, for its table
 
     def on_event(self, event: Event) -> None:
         """Advance the bars from engine events."""
@@ -75,6 +77,8 @@ class ProgressView:
             advance_bar(self._eval, stage, event.done, event.total, UNITS.get(event.what, "req"), self._file)
         elif isinstance(event, DepthScored):
             self.depth = event
+        elif isinstance(event, UnitsRemoved):
+            self.units.append(event)
         elif isinstance(event, RunWarning):
             where = f" (layer {event.layer} {event.name})" if event.layer >= 0 else ""
             tqdm.write(f"warning: {event.message}{where}", file=self._file)
@@ -117,15 +121,40 @@ def depth_table(depth: DepthScored) -> str:
     return "\n".join(lines)
 
 
-def layer_table(result: dict[str, Any], depth: DepthScored | None = None) -> str:
+def units_table(units: Sequence[UnitsRemoved]) -> str:
+    """A block-scope run's table: per decoder layer, the units of each kind kept of all, and the output error.
+
+    The error is ‖ΔY‖/‖Y‖ of o_proj (heads) or down_proj (channels) after compensation (plain removal in
+    brackets), as :class:`~toolkit.events.UnitsRemoved` records it.
+    """
+    kinds = list(dict.fromkeys(u.unit for u in units))
+    rows: dict[int, dict[str, UnitsRemoved]] = defaultdict(dict)
+    for event in units:
+        rows[event.layer][event.unit] = event
+    lines = ["units kept of all per decoder layer, and the output error after compensation (plain removal)",
+             "layer " + "".join(f"{kind:>26}" for kind in kinds)]
+    for layer in sorted(rows):
+        cells = []
+        for kind in kinds:
+            e = rows[layer].get(kind)
+            cells.append(f"{'–':>26}" if e is None else
+                         f"{f'{e.kept}/{e.kept + e.removed} {e.rel_error:.4f} ({e.rel_error_uncompensated:.4f})':>26}")
+        lines.append(f"{layer:>5} " + "".join(cells))
+    return "\n".join(lines)
+
+
+def layer_table(result: dict[str, Any], depth: DepthScored | None = None,
+                units: Sequence[UnitsRemoved] = ()) -> str:
     """A table with one row per decoder layer.
 
     The relative reconstruction error of every linear (columns), the sparsity (from the keep-masks) and,
     when quantized, the mean bits per weight. A depth run (whole layers removed, ``depth`` its scores)
-    gets :func:`depth_table` instead.
+    gets :func:`depth_table` instead, a run that removed heads or channels (``units``) :func:`units_table`.
     """
     if depth is not None:
         return depth_table(depth)
+    if units and not result["layers"]:
+        return units_table(units)
     by_layer: dict[int, dict[str, float]] = defaultdict(dict)
     sparsity: dict[int, list[float]] = defaultdict(list)
     bits: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (bits, weights) of each quantized linear
