@@ -275,8 +275,9 @@ def build(gr: Any, *, default_model: str, runs_dir: str) -> dict[str, Any]:
     Lesson is planned, run and drawn on the one picked.
     """
     choices = list(dict.fromkeys([default_model, *forms.MODELS[:len(EMBEDDED_MODELS)]]))
-    model = gr.Dropdown(choices=choices, value=default_model, label="Model", info=forms.EMBEDDED_NOTE,
-                        elem_id="lesson-model", scale=0, min_width=220)
+    with gr.Row():
+        model = gr.Dropdown(choices=choices, value=default_model, label="Model", info=forms.EMBEDDED_NOTE,
+                            elem_id="lesson-model", scale=0, min_width=420)
     plan = gr.Markdown(elem_id="lesson-plan")
     with gr.Row():
         start = gr.Button("Run the lesson", variant="primary", elem_id="lesson-button", scale=0)

@@ -51,3 +51,18 @@ def test_the_lesson_button_reuses_the_stored_runs_and_draws_four_perplexity_bars
         assert heatmaps.count() == 4
         assert "Perplexity" in page.inner_text("#lesson-walkthrough")
     assert sorted(p.name for p in seeded.iterdir()) == before  # nothing ran (how fast: benchmarks/bench_lesson.py)
+
+
+def test_the_lesson_offers_both_embedded_models_with_their_licences_and_plans_the_one_picked(url: str) -> None:
+    with browser() as chromium:
+        page: Any = open_page(chromium, url, width=1280, height=720)
+        page.get_by_role("tab", name="Lesson").click()
+        wait_for_text(page, "#lesson-plan", "Every run is in the store", timeout=30)
+        info = page.inner_text("#lesson-model")
+        assert "smollm2-135m (Apache-2.0); gemma-3-270m (Gemma Terms of Use) are embedded" in info
+        page.click("#lesson-model input")
+        options = page.locator("ul[role=listbox] li").all_inner_texts()
+        assert [o.replace("✓", "").strip() for o in options] == ["tiny-llama", "smollm2-135m", "gemma-3-270m"]
+        page.locator('li[aria-label="gemma-3-270m"]').first.click()
+        plan = wait_for_text(page, "#lesson-plan", "on gemma-3-270m", timeout=30)
+        assert "Every run is in the store" not in plan  # the stored runs are tiny-llama's

@@ -25,7 +25,7 @@ def add_measure_command(sub: Any) -> None:
                                        "its dense source")
     m.add_argument("folder", metavar="DIR", help="a saved model folder: a run folder, its model/, or a checkpoint")
     m.add_argument("--baseline", default=None, help="the dense source to compare with: DIR | smollm2-135m | "
-                   "tiny-llama | none (default: the model the run's config.json names)")
+                   "gemma-3-270m | tiny-llama | none (default: the model the run's config.json names)")
     m.add_argument("--device", default="auto", help="auto | cpu | cuda")
     m.add_argument("--batches", default="1,8", help="batch sizes, comma-separated (default 1,8)")
     m.add_argument("--prompt-tokens", type=int, default=64, help="prompt tokens per row of the prefill")
