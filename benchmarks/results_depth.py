@@ -28,7 +28,7 @@ def render_depth(paths: list[Path]) -> Lines:
 
 DEPTH_SECTIONS = (
     Section(
-        "Depth pruning on the embedded model (all 210 windows)",
+        "Depth pruning on SmolLM2-135M (all 210 windows)",
         ("cpu_depth.jsonl",),
         render_depth,
         "`smollm2-135m` (30 decoder layers), calibration wiki train 32 × 512 tokens, seed 0; evaluation wiki test, "

@@ -88,7 +88,7 @@ $B --runs fista@50% --propagate dense --json benchmarks/results/cpu_full_fista_a
         "--json benchmarks/results/cpu_speed.jsonl",
     ),
     Section(
-        "AWP and the quantizers on the embedded model (all 210 windows)",
+        "AWP and the quantizers on SmolLM2-135M (all 210 windows)",
         ("cpu_awp_full.jsonl", "cpu_full_baselines.jsonl", "cpu_full_fista_thanos.jsonl",
          "cpu_full_fista_more.jsonl"),
         render_awp_full,
@@ -131,7 +131,7 @@ for d in float32 bfloat16; do python -m benchmarks.bench_awp_solver --shapes smo
   --step-dtype $d --json benchmarks/results/cpu_awp_solver_bf16.jsonl; done""",
     ),
     Section(
-        "AWP and the quantizers on the embedded model (first 40 evaluation windows)",
+        "AWP and the quantizers on SmolLM2-135M (first 40 evaluation windows)",
         ("cpu_awp_quant_40w.jsonl",),
         render_awp_40w,
         "`smollm2-135m`, calibration wiki train, seed 0; evaluation wiki test, seqlen 512, the first 40 of the "
@@ -165,7 +165,7 @@ done""",
         "python -m benchmarks.bench_eval_memory --model smollm2-135m --seqlen 1024 --windows 8",
     ),
     Section(
-        "Structured pruning on the embedded model (all 210 windows)",
+        "Structured pruning on SmolLM2-135M (all 210 windows)",
         ("cpu_struct_full.jsonl",),
         render_struct_grid,
         "`smollm2-135m`, calibration wiki train, seed 0; evaluation wiki test, seqlen 512, all windows; two "
@@ -198,7 +198,7 @@ python -m benchmarks.bench_prune --runs numerical@structured:10%:budget=at_most 
   numerical@structured:30% sparsegpt@50% --json benchmarks/results/cpu_struct_time.jsonl""",
     ),
     Section(
-        "Structured pruning on the embedded model (first 40 evaluation windows)",
+        "Structured pruning on SmolLM2-135M (first 40 evaluation windows)",
         ("cpu_struct_40w.jsonl",),
         render_struct_grid,
         "`smollm2-135m`, calibration wiki train, seed 0, evaluation wiki test seqlen 512, the first 40 windows; "
@@ -281,7 +281,7 @@ done
 python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four runs in the store, one JSON line""",
     ),
     Section(
-        "App: dashboard on the embedded model",
+        "App: dashboard on SmolLM2-135M",
         ("dashboard_smollm2.json",),
         render_dashboard,
         "One measurement on a quiet machine (the 2-core CPU with no other job running): the app's default quick "

@@ -152,7 +152,7 @@ SCALE_SECTIONS = [
         "      --method wanda --save-model --json benchmarks/results/scale_cpu.jsonl   # and sparsegpt; and --stream",
     ),
     Section(
-        "Precision: the embedded model held in bfloat16",
+        "Precision: SmolLM2-135M held in bfloat16",
         ("dtype_embedded.jsonl",),
         render_dtype_ppl,
         "`smollm2-135m` pruned and evaluated with the model held in float32 (`--dtype float32`, the default for "
