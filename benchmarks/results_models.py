@@ -180,21 +180,45 @@ def ranking_lines(cells: dict[str, dict[str, Cell]]) -> Lines:
             f"**{'the same order' if same else 'a different order'}**."]
 
 
+def quick_ranking_lines(records: list[Record], cells: dict[str, dict[str, Cell]]) -> Lines:
+    """Per model, the 50 % methods ranked on the quick preset (``bench_preset_ranking.py``) and on the CPU protocol,
+    over the methods measured on both, and whether the orders agree."""
+    lines = ["", "**The quick preset's ranking against the CPU protocol's** (50 %, seed 0; quick: 16 × 128 "
+             "calibration tokens, the first 16 windows of 128)", ""]
+    for model, label in MODELS.items():
+        quick = {cell_name(r): float(first_value(r.get("ppl")) or 0.0) for r in records
+                 if r.get("benchmark") == "preset_ranking" and r.get("preset") == "quick"
+                 and r.get("model", "smollm2-135m") == model and first_value(r.get("ppl")) is not None}
+        names = [n for n in TABLES[0][1] if n in quick and n in cells[model] and 0 in cells[model][n].by_seed]
+        if len(names) < 2:
+            lines.append(f"- {label}: {MISSING} (fewer than two methods on both protocols).")
+            continue
+        by_quick = sorted(names, key=lambda n: quick[n])
+        by_cpu = sorted(names, key=lambda n, m=model: cells[m][n].by_seed[0])
+        same = "the same order" if by_quick == by_cpu else "a different order"
+        lines.append(f"- {label}: quick " + " < ".join(f"{n.split('@')[0]} {quick[n]:.2f}" for n in by_quick)
+                     + "; CPU protocol " + " < ".join(f"{n.split('@')[0]} {cells[model][n].by_seed[0]:.2f}"
+                                                       for n in by_cpu) + f": **{same}**.")
+    return lines
+
+
 def render_models(paths: list) -> Lines:
     """The section's tables and findings."""
-    cells = collect(records_of(paths))
-    return render_tables(cells) + render_findings(cells)
+    records = records_of(paths)
+    cells = collect(records)
+    return render_tables(cells) + render_findings(cells) + quick_ranking_lines(records, cells)
 
 
-SMOLLM2_FILES = ("cpu_full_baselines.jsonl", "cpu_full_fista_thanos.jsonl", "cpu_full_fista_more.jsonl",
-                 "cpu_full_48.jsonl", "cpu_oneshot_cells.jsonl", "cpu_permute.jsonl", "cpu_ria.jsonl",
+SMOLLM2_FILES = ("quick_ranking.jsonl", "cpu_full_baselines.jsonl", "cpu_full_fista_thanos.jsonl",
+                 "cpu_full_fista_more.jsonl", "cpu_full_48.jsonl", "cpu_oneshot_cells.jsonl", "cpu_permute.jsonl",
+                 "cpu_ria.jsonl",
                  "cpu_awp_full.jsonl", "awp_step_cpu.jsonl", "cpu_depth.jsonl", "cpu_struct_full.jsonl",
                  "cpu_struct_seeds.jsonl")  # named one by one: a name is read even where another section claims it
 
 MODELS_SECTIONS = [
     Section(
         "Two models: SmolLM2-135M and Gemma-3-270M side by side (all windows)",
-        ("gemma_cpu_*.jsonl", *SMOLLM2_FILES),
+        ("gemma_cpu_*.jsonl", "gemma_quick_ranking.jsonl", *SMOLLM2_FILES),
         render_models,
         "Every headline cell of the CPU protocol on both embedded models, so that a finding about pruning can be "
         "told from a finding about one model. Calibration `wiki` train 32 × 512; evaluation `wiki` test at seqlen "
@@ -210,6 +234,8 @@ $B --runs wanda@2:4 wanda@2:4:permute=1 sparsegpt@2:4 sparsegpt@2:4:permute=1 \\
 $B --runs rtn@int4 gptq@int4 awq@int4 awp@int4 awp@int4:quant_init=gptq,grid_update=nearest \\
       --json benchmarks/results/gemma_cpu_quant.jsonl
 $B --runs "depth@structured:2 layers" --json benchmarks/results/gemma_cpu_structured.jsonl
-$B --seed 1 --runs wanda@50% sparsegpt@50% --json benchmarks/results/gemma_cpu_oneshot.jsonl""",
+$B --seed 1 --runs wanda@50% sparsegpt@50% --json benchmarks/results/gemma_cpu_oneshot.jsonl
+python -m benchmarks.bench_preset_ranking --model gemma-3-270m --protocol quick --threads 1 \
+      --runs magnitude@50% wanda@50% sparsegpt@50% thanos@50% --json benchmarks/results/gemma_quick_ranking.jsonl""",
     ),
 ]
