@@ -120,3 +120,20 @@ def test_gptq_start_with_dead_inputs_stays_finite(correlated) -> None:
                     awp.AWPConfig(quant_init="gptq", grid_update="nearest", step="spectral"), context(INT3))
     assert torch.isfinite(out.weight).all() and out.info["objective"] is not None
     assert out.info["objective"] <= out.info["objective_init"] * (1 + 1e-5)
+
+
+@pytest.mark.parametrize("keep_zeros", ["on", "off"])
+def test_gptq_start_holds_the_inputs_zeros_only_as_keep_zeros_says(correlated, keep_zeros: str) -> None:
+    # 6 % of W rounded to exactly 0, as a dequantized Q4_K_M source has: the GPTQ start is GPTQ's own at keep_zeros
+    W, stats = correlated
+    W = W.clone()
+    W[torch.rand(W.shape, generator=torch.Generator().manual_seed(1)) < 0.06] = 0.0
+    cfg = awp.AWPConfig(quant_init="gptq", keep_zeros=keep_zeros, iterations=1)
+    start = gptq.quantize_linear(W, stats, None, gptq.GPTQConfig(keep_zeros=keep_zeros), context(INT3))
+    out = awp.prune(W, stats, None, cfg, context(INT3))
+    assert out.info["objective_init"] ** 2 == pytest.approx(loss(W, start.weight, stats) / loss(W, W * 0, stats),
+                                                            rel=1e-3)
+    held = bool((start.weight[W == 0] == 0).all())
+    assert held is (keep_zeros == "on")
+    with pytest.raises(ToolkitError, match="keep_zeros must be one of"):
+        awp.AWPConfig(keep_zeros="maybe")

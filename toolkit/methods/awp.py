@@ -151,6 +151,9 @@ class AWPConfig:
     quant_init: str = option("rtn", "quantize mode: Θ0 = round-to-nearest (the paper's) or gptq = GPTQ's solution "
                              "(its default options), which AWP then refines (not in the paper; docs/methods/awp.md)",
                              choices=QUANT_INITS)
+    keep_zeros: str = option("auto", "quant_init=gptq: GPTQ's keep_zeros for the start (on, off, or auto = the "
+                             "model's lineage, docs/models.md); RTN's start and the steps never hold zeros",
+                             choices=gptq.KEEP_ZEROS)
     step_dtype: str = option("float32", "dtype of the per-step matmul (W − Θ)C: float32 (the paper's "
                              "arithmetic) or bfloat16 (faster; ~2⁻⁸ relative rounding of the gradient, "
                              "not in the paper)", choices=("float32", "bfloat16"))
@@ -171,7 +174,7 @@ class AWPConfig:
         if not self.tol >= 0:
             raise ToolkitError(f"tol must be ≥ 0, got {self.tol}")
         for name in ("stop_rule", "grid_update", "joint_order", "joint_init", "step", "stop", "step_dtype",
-                     "quant_init"):
+                     "quant_init", "keep_zeros"):
             choices = type(self).__dataclass_fields__[name].metadata["choices"]
             if getattr(self, name) not in choices:
                 raise ToolkitError(f"{name} must be one of {list(choices)}, got {getattr(self, name)!r}")
@@ -197,7 +200,7 @@ def _quant_init(W: Tensor, stats: LinearStats, cfg: AWPConfig, ctx: SolveContext
     """Θ0's codes and grid: RTN's (the paper's) or GPTQ's solution of the same objective (``quant_init``)."""
     assert ctx.quant is not None
     if cfg.quant_init == "gptq":
-        state = gptq.quantize_linear(W, stats, None, gptq.GPTQConfig(), ctx).quant
+        state = gptq.quantize_linear(W, stats, None, gptq.GPTQConfig(keep_zeros=cfg.keep_zeros), ctx).quant
         assert state is not None
         return state
     return quantize(W, ctx.quant)
