@@ -234,7 +234,9 @@ $B --runs wanda@2:4 wanda@2:4:permute=1 sparsegpt@2:4 sparsegpt@2:4:permute=1 \\
 $B --runs rtn@int4 gptq@int4 awq@int4 awp@int4 awp@int4:quant_init=gptq,grid_update=nearest \\
       --json benchmarks/results/gemma_cpu_quant.jsonl
 $B --runs "depth@structured:2 layers" --json benchmarks/results/gemma_cpu_structured.jsonl
-$B --seed 1 --runs wanda@50% sparsegpt@50% --json benchmarks/results/gemma_cpu_oneshot.jsonl
+$B --seed 1 --runs wanda@50% --json benchmarks/results/gemma_cpu_oneshot.jsonl
+python -m benchmarks.bench_prune --model smollm2-135m --no-dense --runs awp@int4:quant_init=gptq,grid_update=nearest \
+      --json benchmarks/results/cpu_awp_full.jsonl
 python -m benchmarks.bench_preset_ranking --model gemma-3-270m --protocol quick --threads 1 \
       --runs magnitude@50% wanda@50% sparsegpt@50% thanos@50% --json benchmarks/results/gemma_quick_ranking.jsonl""",
     ),
