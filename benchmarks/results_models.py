@@ -61,12 +61,7 @@ def in_protocol(record: Record) -> bool:
 
 def cell_name(record: Record) -> str:
     """``method@target`` (`` +permute`` for a permuted n:m run) and its options: ``awp@int4 (quant_init=gptq)``."""
-    method = str(record["method"])
-    target = "+".join(str(part) for part in (record.get("sparsity"), record.get("quant")) if part)
-    if record.get("sparsity") and record.get("quant") and str(record["sparsity"]).endswith(str(record["quant"])):
-        target = str(record["sparsity"])  # a joint run's sparsity field already says both: 50%+int4
-    if (record.get("quant") and not record.get("sparsity")) or target.startswith("int"):
-        target = str(record.get("quant"))
+    method, target = str(record["method"]), str(record["sparsity"])  # as run: 50%, 2:4, int4, 50%+int4
     options = ", ".join(f"{k}={v}" for k, v in sorted((record.get("options") or {}).items()) if k != "permute")
     permute = " +permute" if record.get("permute") else ""
     return f"{method}@{target}{permute}" + (f" ({options})" if options else "")

@@ -8,7 +8,8 @@ from typing import Any
 
 from toolkit.errors import ToolkitError
 from toolkit.models.embedded import EMBEDDED_MODELS, check_installed, licence_path
-from toolkit.models.sources import TINY_FAMILIES, cache_dir
+from toolkit.models.gguf_cache import CONVERTED, embedded_cache
+from toolkit.models.sources import TINY_FAMILIES
 
 
 def models_record() -> list[dict[str, Any]]:
@@ -25,7 +26,7 @@ def models_record() -> list[dict[str, Any]]:
                         "licence_file": None if licence is None else str(licence), "dtype": model.dtype,
                         "source": f"{model.quantization} GGUF", "packages": list(model.packages),
                         "installed": not missing, "missing": missing,
-                        "converted": (cache_dir() / model.name / "config.json").is_file()})
+                        "converted": (embedded_cache(model) / CONVERTED).is_file()})
     return entries
 
 

