@@ -1,4 +1,4 @@
-"""The command line: ``python -m toolkit prune | eval | methods | models | runs``.
+"""The command line: ``python -m toolkit prune | eval | methods | models | runs | recover | measure | export``.
 
 A user's mistake prints one line starting with ``error:`` and exits with 2 (no traceback), before
 any model loads; a failure of the machine or a library (disk full, permission denied, out of
@@ -10,6 +10,7 @@ cancelled run (Ctrl-C) exits with 130 and is marked cancelled in the run store.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
@@ -109,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     from toolkit.cli.measure import add_measure_command
 
     add_measure_command(sub)
+    from toolkit.cli.export import add_export_command
+
+    add_export_command(sub)
     return parser
 
 
@@ -163,6 +167,10 @@ def _add_scale_options(p: argparse.ArgumentParser) -> None:
                    help="refine each mask after the method: dsnot | dsnot:N[,ε[,all]] (DSnoT; docs/allocation.md)")
 
 
+LAZY_COMMANDS = {"models": ("toolkit.cli.models", "run_models"), "recover": ("toolkit.cli.recover", "run_recover"),
+                 "measure": ("toolkit.cli.measure", "run_measure"), "export": ("toolkit.cli.export", "run_export")}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -179,20 +187,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return eval_command(args)
         if args.command == "methods":
             return _methods(args)
-        if args.command == "models":
-            from toolkit.cli.models import run_models
-
-            return run_models(args)
-        if args.command == "recover":
-            from toolkit.cli.recover import run_recover
-
-            return run_recover(args)
+        if args.command in LAZY_COMMANDS:  # imported only when asked: `runs` and the parser stay torch-free
+            module, function = LAZY_COMMANDS[args.command]
+            return getattr(importlib.import_module(module), function)(args)
         if args.command == "generate":
             return _generate(args)
-        if args.command == "measure":
-            from toolkit.cli.measure import run_measure
-
-            return run_measure(args)
         return _runs(args)
     except ToolkitError as exc:
         from toolkit.cli.distributed import report_error  # under torchrun, rank 0 alone says an input error
