@@ -19,6 +19,7 @@ from benchmarks.results_awp_step import AWP_STEP_SECTIONS
 from benchmarks.results_depth import DEPTH_SECTIONS
 from benchmarks.results_frontier import FRONTIER_SECTIONS, draw_png
 from benchmarks.results_lesson_class import LESSON_CLASS_SECTIONS
+from benchmarks.results_llamacpp import LLAMACPP_SECTIONS
 from benchmarks.results_models import MODELS_SECTIONS
 from benchmarks.results_oneshot import ONESHOT_SECTIONS
 from benchmarks.results_permute import PERMUTE_SECTIONS
@@ -55,6 +56,7 @@ COMMAND = "python -m benchmarks.results_doc"
 
 SECTIONS = [
     *MODELS_SECTIONS,
+    *LLAMACPP_SECTIONS,
     Section(
         "Perplexity grid: unstructured, n:m and structured:30% (all 210 windows)",
         ("cpu_full_baselines.jsonl", "cpu_full_fista_thanos.jsonl", "cpu_full_fista_more.jsonl",

@@ -230,6 +230,9 @@ $B --runs rtn@int4 gptq@int4 awq@int4 awp@int4 awp@int4:quant_init=gptq,grid_upd
       --json benchmarks/results/gemma_cpu_quant.jsonl
 $B --runs "depth@structured:2 layers" --json benchmarks/results/gemma_cpu_structured.jsonl
 $B --seed 1 --runs wanda@50% --json benchmarks/results/gemma_cpu_oneshot.jsonl
+OMP_NUM_THREADS=1 $B --no-dense --seed 1 --runs sparsegpt@50% thanos@50% \\
+    --json benchmarks/results/gemma_cpu_oneshot.jsonl
+OMP_NUM_THREADS=1 $B --no-dense --seed 1 --runs gptq@int4 awq@int4 --json benchmarks/results/gemma_cpu_quant.jsonl
 python -m benchmarks.bench_prune --model smollm2-135m --no-dense --runs awp@int4:quant_init=gptq,grid_update=nearest \
       --json benchmarks/results/cpu_awp_full.jsonl
 python -m benchmarks.bench_preset_ranking --model gemma-3-270m --protocol quick --threads 1 \

@@ -106,6 +106,7 @@ def test_removed_layers_rewrite_the_layer_count_and_gemma_pattern(tmp_path: Path
     export_gguf(model, {}, source, tmp_path / "out.gguf")
     fields = GGUFReader(tmp_path / "out.gguf").fields
     assert int(fields["gemma3.block_count"].contents()) == 3
+    assert int(fields["gemma3.attention.head_count_kv"].contents()) == model.config.num_key_value_heads
     assert list(fields["gemma3.attention.sliding_window_pattern"].contents()) == [True, True, False]
     assert fields["general.name"].contents() == "tiny test source"  # the source's metadata carried over
 

@@ -269,7 +269,8 @@ def _prune(args: argparse.Namespace) -> int:
     )
     check_input_files(config)  # before the protocol line: an allocation file against the model's layers
     # a quantization whose states no checkpoint format holds (AWQ) is never saved: say why, not "add --save-model"
-    unsavable = compression.quant is not None and not get_method(args.method).saves_quant
+    method = get_method(args.method)
+    unsavable = compression.quant is not None and not method.saves(method.make_config(config.options))
     not_saved = (f"{args.method} states need their input scale folded into the preceding op, which no checkpoint "
                  "format holds (the run record has the codes and scales)") if unsavable else ""
     start = protocol_line(sizes, eval_data)

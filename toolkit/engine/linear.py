@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from toolkit.engine.capture import LayerInputs, run_layer
+from toolkit.engine.fold import fold_layer
 from toolkit.engine.gather import fused_pass, gather_stats, sample_batches
 from toolkit.engine.solve import prune_group
 from toolkit.engine.state import RunState
@@ -112,9 +113,12 @@ def _prune_layer(
     assert inputs.layer == index, f"layer {index} was given the inputs of layer {inputs.layer}"
     linears = layer_linears(layer)
     groups = _groups(run, layer, linears, inputs, groups)
+    run.layer_module, run.layer_linears = layer, linears
     run.emit(LayerStarted(layer=index, num_layers=num_layers, groups=[list(g) for g in groups]))
     if run.fused:
         pruned, dense = fused_pass(run, layer, linears, inputs, groups)
+        if run.fold:
+            fold_layer(run, layer, linears, groups)
         _layer_done(run, num_layers, _measured_error(run, [pruned], [] if dense is None else [dense]), t0)
         nxt = pruned if run.propagate == "pruned" or dense is None else dense  # dense: always run for propagate=dense
         return groups, inputs.next_layer([nxt])
@@ -130,6 +134,8 @@ def _prune_layer(
             (stats,) = gather_stats(run, layer, inputs, [group], dense_out=dense_out if g == 0 else None,
                                     dense_layer=dense_copy if g > 0 else None, keep_batches=kept)
             prune_group(run, linears, group, stats)
+    if run.fold:  # the shared input scales into what feeds each group, before the layer's output is computed
+        fold_layer(run, layer, linears, groups)
     with run.timer.section("propagation"):
         pruned_out = [run_layer(layer, inputs, b) for b in range(len(inputs.hidden))]
     _layer_done(run, num_layers, _measured_error(run, pruned_out, dense_out), t0)

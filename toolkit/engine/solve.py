@@ -47,6 +47,9 @@ def prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str], 
 
 
 def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str], stats: LinearStats) -> None:
+    if run.spec.group_fn is not None:
+        _solve_group_at_once(run, linears, group, stats)
+        return
     index = run.layer
     for name in group:
         run.check_cancel()
@@ -72,6 +75,35 @@ def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str],
             result = dataclasses.replace(result, weight=new)
         with run.timer.section("writeback"):
             run.writeback.weight(module, new, run.storage_dtype)
+        _report(run, _Solved(name, W, new, keep, result, seconds), stats)
+
+
+def _solve_group_at_once(run: RunState, linears: dict[str, nn.Module], group: list[str], stats: LinearStats) -> None:
+    """A method that solves a group at once (``MethodSpec.group_fn``): every weight in, every result written.
+
+    The solve's seconds are shared out evenly among the group's linears in their reports.
+    """
+    index = run.layer
+    run.check_cancel()
+    weights = {name: get_weight(linears[name]).detach().to(SOLVER_DTYPE) for name in group}
+    for name, W in weights.items():
+        if not all_finite(W):
+            raise NumericalError(f"layer {index} {name}: the weight has NaN/Inf entries; the checkpoint is broken")
+    ctx = SolveContext(layer=index, name=group[0], quant=run.quant, emit=run.emit, cancelled=run.cancelled,
+                       foldable=run.foldable(group))
+    t0 = time.perf_counter()
+    with run.timer.section("solve"):
+        results = run.spec.group_fn({name: W.clone() for name, W in weights.items()}, stats,  # type: ignore[misc]
+                                    run.target, run.method_cfg, ctx)
+    seconds = (time.perf_counter() - t0) / len(group)
+    for name in group:
+        W, result = weights[name], results[name]
+        keep = result.keep_mask.to(W.device, torch.bool)
+        new = _written_weight(run, index, name, W, keep, result)
+        if result.quant is not None:
+            result = dataclasses.replace(result, weight=new)
+        with run.timer.section("writeback"):
+            run.writeback.weight(linears[name], new, run.storage_dtype)
         _report(run, _Solved(name, W, new, keep, result, seconds), stats)
 
 
@@ -162,6 +194,8 @@ def _report(run: RunState, solved: _Solved, stats: LinearStats) -> None:
     run.on_mask(index, name, keep.to("cpu"))
     if result.quant is not None:
         run.on_quant(index, name, result.quant.to("cpu"))
+        if run.fold:  # its input scale is folded when the layer is done (engine/fold.py)
+            run.layer_states[name] = result.quant
     run.emit(event)
 
 

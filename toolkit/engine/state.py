@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from toolkit.engine.options import DEVICES_AUTO, ERROR_MODES, FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL
 from toolkit.engine.phases import PhaseTimer
@@ -21,6 +21,7 @@ from toolkit.errors import RunCancelled, ToolkitError
 from toolkit.events import Event
 from toolkit.methods.base import MethodSpec, Stat
 from toolkit.methods.quant_grid import QuantState
+from toolkit.models.fold import foldable
 from toolkit.spec.allocation import Allocation
 from toolkit.spec.compression import Compression, QuantSpec
 from toolkit.spec.refine import Refine
@@ -154,6 +155,20 @@ class RunState:
     storage_dtype: torch.dtype | None = None  # the model's dtype on the host (journal backups are kept in it)
     timer: PhaseTimer = field(default_factory=PhaseTimer)  # seconds per phase of the current layer
     layer_sparsity: tuple[float, ...] | None = None  # the plan's ratio of every layer (None: the run's target)
+    # the current layer's quantization states while a run folds input scales (AWQ scale=shared; engine/fold.py)
+    layer_states: dict[str, QuantState] = field(default_factory=dict)
+    # the layer's module and linears while it is pruned (None otherwise): where a group's input comes from
+    layer_module: nn.Module | None = None
+    layer_linears: dict[str, nn.Module] = field(default_factory=dict)
+
+    @property
+    def fold(self) -> bool:
+        """Whether this run folds each group's shared input scale into what feeds the group (AWQ scale=shared)."""
+        return self.spec.folds(self.method_cfg)
+
+    def foldable(self, group: list[str]) -> bool:
+        """Whether a scale shared by ``group`` of the current layer can be folded (toolkit/models/fold.py)."""
+        return self.layer_module is not None and foldable(self.layer_module, self.layer_linears, group)
 
     @property
     def target(self) -> Target | None:

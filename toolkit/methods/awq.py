@@ -20,20 +20,20 @@ One linear, W (out, in), C = XXᵀ/N (in, in), grid Q = RTN on ``ctx.quant`` (:m
    block C_gg of the Gram over all calibration tokens (the reference samples 512 tokens).
    ``clip="auto"`` skips q/k projections (names containing q_, k_, query, key, Wqkv) as llm-awq does.
 
-Result and export (our design). The model in this toolkit keeps full-precision activations and no
-op to fold 1/s into, so the weight it computes with is Ŵ = Q(clip(W·diag(s)))·diag(s)⁻¹: that is
-``weight``. ``quant`` is a :class:`ScaledQuantState`: the codes/scales/zeros of the *scaled*
-weight plus ``input_scale`` = s, with ``weight == dequantize(quant) / input_scale`` (see
-:func:`effective_weight`; for s = 1 it is a plain state). Ŵ is not on any per-group grid of the
-original columns, so a pack-quantized checkpoint cannot hold it exactly: real AWQ folds 1/s into
-the preceding norm or linear, which a per-linear method cannot do. :mod:`toolkit.models.save_quant`
-therefore refuses AWQ states (it never re-quantizes Ŵ, which would change the values); export
-rtn, gptq or awp results instead.
+Result and export. The weight the model computes with is Ŵ = Q(clip(W·diag(s)))·diag(s)⁻¹: that is
+``weight``. ``quant`` is a :class:`ScaledQuantState`: the codes/scales/zeros of the *scaled* weight plus
+``input_scale`` = s, with ``weight == dequantize(quant) / input_scale`` (see :func:`effective_weight`).
+Ŵ is not on any per-group grid of the original columns. With ``scale=own`` (the default) every linear
+has its own s, so nothing before q, k and v can take them and the run does not save. With
+``scale=shared`` the linears of a group (fed one tensor) share one s, searched on their stacked rows
+(:func:`quantize_group`, the engine's group solve); the engine then folds diag(s)⁻¹ into the norm or the
+rows of the linear that feeds the group when the layer is done (:mod:`toolkit.engine.fold`), leaving each
+linear its plain grid Q(W·diag s), which saves like any other state.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -83,6 +83,9 @@ class AWQConfig:
     """AWQ options (defaults of llm-awq)."""
 
     n_grid: int = option(20, "α grid {0, 1/n, …, (n−1)/n} of the scale search (1 = no scaling)")
+    scale: str = option("own", "own: each linear searches its own s (not savable); shared: one s per group of "
+                        "linears fed one tensor, as llm-awq, folded into the norm or linear feeding them so the "
+                        "run saves (toolkit/models/fold.py)", choices=("own", "shared"))
     clip: str = option("auto", "clipping search: auto skips q/k projections (llm-awq), on, off",
                        choices=("auto", "on", "off"))
     clip_grid: int = option(20, "clipping ratios 1 − i/clip_grid")
@@ -95,6 +98,8 @@ class AWQConfig:
             raise ToolkitError(f"max_shrink must be in [0, 1), got {self.max_shrink}")
         if self.clip not in ("auto", "on", "off"):
             raise ToolkitError(f"clip must be auto, on or off, got {self.clip!r}")
+        if self.scale not in ("own", "shared"):
+            raise ToolkitError(f"scale must be own or shared, got {self.scale!r}")
 
 
 def output_error(dW: Tensor, C: Tensor) -> float:
@@ -159,15 +164,15 @@ def clips(cfg: AWQConfig, name: str) -> bool:
     return not any(token in name.rsplit(".", 1)[-1] for token in QK_NAMES)
 
 
-def awq_state(W: Tensor, stats: LinearStats, spec: QuantSpec, cfg: AWQConfig, name: str
-              ) -> tuple[ScaledQuantState, dict]:
+def awq_state(W: Tensor, stats: LinearStats, spec: QuantSpec, cfg: AWQConfig, name: str,
+              scale: tuple[Tensor, float] | None = None) -> tuple[ScaledQuantState, dict]:
     """AWQ of W (out, in) float32 with ``stats`` on W's device: the scaled state and an info dict (α*, clipping).
 
     The activation magnitude is a_j = √(‖X_j‖²/N) over all calibration tokens (``col_sq_norms``).
+    ``scale`` (s, α*) given: the group's shared scale, searched once for all its linears (:func:`group_scale`).
     """
     C = stats.gram
-    act = torch.sqrt(stats.col_sq_norms.clamp(min=0))
-    s, alpha = search_scale(W, C, act, spec, cfg.n_grid)
+    s, alpha = scale if scale is not None else search_scale(W, C, _activation(stats), spec, cfg.n_grid)
     Ws = W * s
     clipped = clips(cfg, name)
     if clipped:
@@ -177,6 +182,52 @@ def awq_state(W: Tensor, stats: LinearStats, spec: QuantSpec, cfg: AWQConfig, na
     state = quantize(Ws, spec)
     info = {"alpha": alpha, "scale_min": float(s.min()), "scale_max": float(s.max()), "clipped": clipped}
     return ScaledQuantState(state.codes, state.scales, state.zeros, spec, s), info
+
+
+def _activation(stats: LinearStats) -> Tensor:
+    """a_j = √(‖X_j‖²/N) of every input."""
+    return torch.sqrt(stats.col_sq_norms.clamp(min=0))
+
+
+def group_scale(weights: dict[str, Tensor], stats: LinearStats, spec: QuantSpec, cfg: AWQConfig
+                ) -> tuple[Tensor, float]:
+    """One (s, α*) for linears fed one tensor: the search of :func:`search_scale` on their rows stacked.
+
+    With W = [W_1; …; W_k] the loss tr(ΔW C ΔWᵀ) = Σ_i tr(ΔW_i C ΔW_iᵀ) is the sum of the linears' output
+    errors (llm-awq searches one scale for q/k/v and for gate/up on the block's output).
+    """
+    return search_scale(torch.cat(list(weights.values())), stats.gram, _activation(stats), spec, cfg.n_grid)
+
+
+def quantize_group(weights: dict[str, Tensor], stats: LinearStats, target: Target | None, cfg: AWQConfig,
+                   ctx: SolveContext) -> dict[str, PruneResult]:
+    """AWQ on every linear of a group at once (``MethodSpec.group_fn``).
+
+    ``scale=shared``: one s for all (s = 1 where the engine cannot fold it, ``ctx.foldable`` False: o_proj
+    under grouped-query attention, said once); ``scale=own``: each its own (:func:`quantize_linear`).
+    """
+    if cfg.scale == "own":
+        return {name: quantize_linear(W, stats, target, cfg, replace(ctx, name=name)) for name, W in weights.items()}
+    spec = quant_only(target, ctx, "awq")
+    first = next(iter(weights.values())).to(SOLVER_DTYPE)
+    stats = stats_on(checked_gram(first, stats, ctx, "awq"), stats)
+    weights = {name: W.to(SOLVER_DTYPE) for name, W in weights.items()}
+    if ctx.foldable:
+        shared = group_scale(weights, stats, spec, cfg)
+    else:
+        shared = (torch.ones(first.shape[1], device=first.device), 0.0)
+        if ctx.layer == 0:
+            ctx.warn(f"{', '.join(weights)}: the input scale cannot be folded into what feeds it (grouped-query "
+                     "attention: each value head feeds several query heads), so AWQ leaves it out here (s = 1, "
+                     "clipping only), as llm-awq does")
+    results = {}
+    for name, W in weights.items():
+        state, info = awq_state(W, stats, spec, cfg, name, shared)
+        if not ctx.foldable:  # s = 1: a plain grid, nothing to fold
+            state = QuantState(state.codes, state.scales, state.zeros, spec)  # type: ignore[assignment]
+        results[name] = PruneResult(weight=effective_weight(state), keep_mask=all_kept(W), info=info | {
+            "scale": "shared" if ctx.foldable else "left out"}, quant=state)
+    return results
 
 
 def quantize_linear(W: Tensor, stats: LinearStats, target: Target | None, cfg: AWQConfig, ctx: SolveContext
@@ -201,4 +252,6 @@ SPEC = MethodSpec(
     summary="activation-aware input scaling and clipping search, then round-to-nearest (AWQ)",
     produces=frozenset({Produces.QUANT}),
     saves_quant=False,
+    savable=lambda cfg: cfg.scale == "shared",
+    group_fn=quantize_group,
 )

@@ -81,6 +81,9 @@ class SolveContext:
     layer: int = 0
     name: str = ""
     quant: QuantSpec | None = None
+    # whether an input scale shared by the group can be folded into the op that feeds it (a norm, or the rows of
+    # v_proj / up_proj): False for o_proj under grouped-query attention (toolkit.models.fold); given to a group solve
+    foldable: bool = True
     emit: Callable[[Event], None] = lambda event: None
     cancelled: Callable[[], bool] = lambda: False
 
@@ -129,6 +132,8 @@ class PruneResult:
 LinearResult = PruneResult
 
 PruneFn = Callable[[Tensor, LinearStats, Target | None, Any, SolveContext], PruneResult]
+# the linears of one group (fed one tensor, so sharing its statistics) solved at once: {name: W} → {name: result}
+GroupFn = Callable[[dict[str, Tensor], LinearStats, Target | None, Any, SolveContext], dict[str, PruneResult]]
 
 
 @dataclass(frozen=True)
@@ -149,12 +154,26 @@ class MethodSpec:
     # False when its quantization states cannot be saved as pack-quantized (AWQ: Ŵ = Q(W·diag s)/s needs
     # 1/s folded into the preceding op, which a per-linear solve cannot do; see toolkit.methods.awq)
     saves_quant: bool = True
+    # config → True where the states do save after all (AWQ with scale=shared: the engine folds the shared input
+    # scale of each group into what feeds it, toolkit/engine/fold.py); None: ``saves_quant`` alone decides
+    savable: Callable[[Any], bool] | None = None
+    # solves a whole group at once (AWQ's shared input scale needs every weight of the group); None: one linear
+    # at a time through ``fn``
+    group_fn: GroupFn | None = None
     # True when ``fn`` never writes into the W it is given: the engine then hands it the layer's weight itself
     # instead of a copy (one (out, in) float32 tensor less at the host peak of a 7B layer)
     reads_weight_only: bool = False
     # (compression, config) → a one-line ToolkitError where an option does not fit the run; called before the
     # model loads (toolkit.run.config), as check() is
     config_check: Callable[[Any, Any], None] | None = None
+
+    def saves(self, cfg: Any) -> bool:
+        """Whether this method's quantization states save as a pack-quantized checkpoint with options ``cfg``."""
+        return self.saves_quant or (self.savable is not None and self.savable(cfg))
+
+    def folds(self, cfg: Any) -> bool:
+        """Whether the engine folds this run's shared input scales (a method that saves only once folded)."""
+        return not self.saves_quant and self.savable is not None and self.savable(cfg)
 
     def supports(self, target: Target) -> bool:
         """True if the method can meet this kind of sparsity target."""

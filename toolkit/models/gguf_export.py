@@ -131,9 +131,17 @@ def copy_metadata(reader: GGUFReader, writer: GGUFWriter, overrides: dict[str, t
 
 
 def structure_overrides(arch: str, config: Any) -> dict[str, tuple[Any, GGUFValueType, GGUFValueType | None]]:
-    """Keys the model's own config decides: the layer count, and Gemma 3's sliding layers one by one."""
+    """Keys the model's own config decides: layer count, head counts, FFN width, Gemma 3's sliding layers.
+
+    A depth run or a shrink that kept every layer alike changes them; the source's other keys stay.
+    """
+    u32 = GGUFValueType.UINT32
     keys: dict[str, tuple[Any, GGUFValueType, GGUFValueType | None]] = {
-        f"{arch}.block_count": (int(config.num_hidden_layers), GGUFValueType.UINT32, None)}
+        f"{arch}.block_count": (int(config.num_hidden_layers), u32, None),
+        f"{arch}.attention.head_count": (int(config.num_attention_heads), u32, None),
+        f"{arch}.attention.head_count_kv": (int(getattr(config, "num_key_value_heads", None)
+                                                or config.num_attention_heads), u32, None),
+        f"{arch}.feed_forward_length": (int(config.intermediate_size), u32, None)}
     layer_types = getattr(config, "layer_types", None)
     if arch == "gemma3" and layer_types:
         keys[f"{arch}.attention.sliding_window_pattern"] = (

@@ -90,10 +90,11 @@ class RunConfig:
         for name in ("sparsity", "quant", "unit"):  # frozen: store the parsed objects
             object.__setattr__(self, name, getattr(compression, name))
         spec.check(compression)
-        if self.save_model and self.quant is not None and not spec.saves_quant:
-            raise ToolkitError(f"{spec.name} results cannot be saved as a quantized checkpoint: its weight "
-                               "Q(W·diag s)/s needs 1/s folded into the preceding op, which a per-linear solve "
-                               "cannot do; drop --save-model or quantize with rtn, gptq or awp")
+        if self.save_model and self.quant is not None and not spec.saves(spec.make_config(self.options)):
+            hint = ("add --set scale=shared (one input scale per group of linears, folded into the norm or linear "
+                    "that feeds them)" if spec.savable is not None else "quantize with rtn, gptq, awp or awq")
+            raise ToolkitError(f"{spec.name} results cannot be saved as a quantized checkpoint here: its weight "
+                               f"Q(W·diag s)/s needs 1/s folded into the preceding op; {hint}, or drop --save-model")
         spec.check_config(compression, spec.make_config(self.options))
         if self.threads is not None and self.threads < 1:
             raise ToolkitError(f"--threads must be ≥ 1, got {self.threads}")

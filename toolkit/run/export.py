@@ -93,8 +93,10 @@ def check_export(config: ExportConfig) -> ExportPlan:
     if not (model_dir / "config.json").is_file():
         raise ToolkitError(f"run {record.run_id} saved no model: prune again with --save-model, then export that run")
     if is_shrunk(model_dir):
-        raise ToolkitError(f"run {record.run_id} is shrunk with per-layer head and channel widths, which this GGUF "
-                           "export does not write yet; export a float, quantized or depth-pruned run")
+        raise ToolkitError(f"run {record.run_id} is shrunk with per-layer head and channel widths, which llama.cpp "
+                           "cannot express (its llama and gemma3 graphs take one head count and one FFN width for "
+                           "every layer); export a float, quantized or depth-pruned run, or a shrink that keeps "
+                           "every layer alike")
     compression = record.compression
     source = source_gguf(str(record.config.get("model", "")))
     out = Path(config.out).expanduser() if config.out else record.path / f"{record.run_id}.gguf"

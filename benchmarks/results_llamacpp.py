@@ -1,0 +1,113 @@
+"""The "served by llama.cpp" section of ``docs/results.md``: PruneLab's GGUF exports measured by llama.cpp.
+
+Read from ``benchmarks/results/llamacpp_*.jsonl`` (records of ``benchmarks/bench_llamacpp.py``, one GGUF
+each; per model and label the newest record). One table per model: the dense F16 export, every
+exported run and llama.cpp's own quantizer on the same dense export, with the GGUF's size, llama.cpp's
+perplexity beside PruneLab's on the same windows, batch-1 prefill and decode tokens/s against the dense
+F16 export, and the solve time. The sentences under each table are computed from the records: the
+largest gap between llama.cpp's perplexity and PruneLab's, and the best four-bit output of each source.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from benchmarks.results_read import Lines, Section, commits, records_of, table_lines
+
+HEADER = ["output", "GGUF tensors", "MiB", "llama.cpp ppl", "PruneLab ppl (gap)", "prefill tok/s (× F16)",
+          "decode tok/s (× F16)", "solve s"]
+KIND_ORDER = {"dense": 0, "prunelab": 1, "llama-quantize": 2}
+
+
+def _newest(paths: list[Path]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per model, per label, the last record (files in order, lines in order)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for record in records_of(paths):
+        if record.get("benchmark") == "llamacpp":
+            out.setdefault(str(record["model"]), {})[str(record["label"])] = record
+    return out
+
+
+def _types(record: dict[str, Any]) -> str:
+    types = record.get("gguf_types") or {}
+    if not types:
+        return str(record.get("ftype", "")).upper() + " (llama.cpp's mix)"
+    return ", ".join(f"{n} {k}" for k, n in sorted(types.items(), key=lambda item: -item[1]))
+
+
+def _row(record: dict[str, Any]) -> list[str]:
+    ours, gap = record.get("ppl_prunelab"), record.get("ppl_gap")
+    prunelab = "–" if ours is None else f"{ours:.2f} ({100 * gap:+.2f} %)"
+    solve = record.get("solve_seconds")
+    return [record["label"], _types(record), f"{record['gguf_mib']:.1f}", f"{record['ppl_llamacpp']:.2f}", prunelab,
+            f"{record['prefill_tps']:.0f} ({record['prefill_speedup']:.2f}×)",
+            f"{record['decode_tps']:.0f} ({record['decode_speedup']:.2f}×)", "–" if solve is None else f"{solve:.0f}"]
+
+
+def _four_bit(record: dict[str, Any]) -> bool:
+    label = str(record["label"]).lower()
+    return "int4" in label or "q4" in label
+
+
+def _findings(records: list[dict[str, Any]]) -> Lines:
+    lines = []
+    gaps = [r for r in records if r.get("ppl_gap") is not None]
+    if gaps:
+        worst = max(gaps, key=lambda r: abs(r["ppl_gap"]))
+        lines.append(f"- llama.cpp's perplexity is within {100 * abs(worst['ppl_gap']):.2f} % of PruneLab's own on "
+                     f"every output ({len(gaps)} outputs; the largest gap: {worst['label']}).")
+    for kind, who in (("prunelab", "PruneLab's"), ("llama-quantize", "llama.cpp's own quantizer's")):
+        four = [r for r in records if r["kind"] == kind and _four_bit(r)]
+        if four:
+            best = min(four, key=lambda r: r["ppl_llamacpp"])
+            lines.append(f"- Best four-bit output of {who}: {best['label']} at {best['ppl_llamacpp']:.2f} "
+                         f"({best['gguf_mib']:.1f} MiB, decode {best['decode_speedup']:.2f}× the F16 export).")
+    return lines
+
+
+def render_llamacpp(paths: list[Path]) -> Lines:
+    """One table per model, its findings and the commits."""
+    by_model = _newest(paths)
+    if not by_model:
+        return ["No llama.cpp measurement yet."]
+    lines: Lines = []
+    for model, labels in by_model.items():
+        records = sorted(labels.values(), key=lambda r: (KIND_ORDER.get(r["kind"], 9), r["ppl_llamacpp"]))
+        protocol = records[0]["protocol"]
+        lines += [f"**{model}**: {protocol['windows']} wiki test windows of {protocol['seqlen']} tokens, "
+                  f"{protocol['threads']} thread, batch 1, prompt {protocol['prompt_tokens']} tokens, "
+                  f"{protocol['new_tokens']} new tokens, {protocol['repeats']} interleaved rounds (medians); "
+                  f"llama-cpp-python {records[0]['versions'].get('llama_cpp_python')}.", ""]
+        lines += table_lines(HEADER, [_row(r) for r in records])
+        lines += ["", *_findings(records), "", f"Commits: {', '.join(f'`{c}`' for c in commits(records))}.", ""]
+    return lines[:-1]
+
+
+LLAMACPP_SECTIONS = (
+    Section(
+        "Served by llama.cpp: GGUF exports, their perplexity and speed where they run",
+        ("llamacpp_*.jsonl",),
+        render_llamacpp,
+        "Every output is a GGUF written by `python -m toolkit export RUN --format gguf` (docs/serving.md): a "
+        "quantized run's linears in the block type that holds its grid code for code (asymmetric INT4 g32 → "
+        "Q4_1, symmetric → Q4_0), the token embedding F16 (PruneLab does not quantize it), norms F32. "
+        "\"llama-quantize\" rows are llama.cpp's own quantizer (`llama_model_quantize`, what `llama-quantize` "
+        "runs) on the same dense F16 export, with the token embedding and output head kept at F16 so that "
+        "only the decoder linears differ; no importance matrix (`llama-imatrix` is a tool the Python package "
+        "does not build). Runs: calibration wiki train 32 × 512 tokens, seed 0. llama.cpp built from the "
+        "sources llama-cpp-python 0.3.36 vendors, on the development machine's CPU (AMD EPYC with AVX-512), "
+        "while another benchmark ran on the second core: the speeds are comparable within a table (interleaved "
+        "rounds), not across sessions. \"solve s\" is the run's prune time (other work on the machine included) "
+        "or the quantizer's.",
+        """B="python -m toolkit prune --nsamples 32 --seqlen 512 --eval-seqlen 512 --eval-windows 40 --save-model"
+$B --model smollm2-135m --method rtn --quant int4:g32        # and int4:g32:sym
+$B --model smollm2-135m --method gptq --quant int4:g32       # and int4:g32:sym
+$B --model smollm2-135m --method awp --quant int4:g32:sym --set quant_init=gptq --set grid_update=nearest
+$B --model smollm2-135m --method awq --quant int4:g32 --set scale=shared   # and int4:g32:sym
+$B --model smollm2-135m --method depth --sparsity "structured:4 layers"
+$B --model smollm2-135m --method wanda --sparsity 50%
+python -m benchmarks.bench_llamacpp --model smollm2-135m --runs runs/<each run above> \\
+    --json benchmarks/results/llamacpp_smollm2.jsonl""",
+    ),
+)
