@@ -33,6 +33,8 @@ def add_measure_command(sub: Any) -> None:
     m.add_argument("--repeats", type=int, default=3, help="timed passes per model and batch size (median)")
     m.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's, or $PRUNELAB_THREADS)")
     m.add_argument("--json", default=None, help="write the record to this file")
+    m.add_argument("--llamacpp", action="store_true", help="also export the run and its dense source as GGUF and "
+                   "time both in llama.cpp at batch 1 (needs the optional extra requirements-llamacpp.txt)")
 
 
 def parse_batches(text: str) -> tuple[int, ...]:
@@ -50,6 +52,7 @@ def run_measure(args: argparse.Namespace) -> int:
     """Check every input, measure, print the table (and write ``--json``); returns the exit code."""
     import torch
 
+    from toolkit.cli.measure_llamacpp import check_llamacpp, llamacpp_lines, llamacpp_threads, measure_llamacpp
     from toolkit.cli.view import write_json
     from toolkit.evaluation.footprint import Settings, check_baseline, check_folder, measure, run_source
     from toolkit.evaluation.speed import check_speed_args
@@ -64,11 +67,16 @@ def run_measure(args: argparse.Namespace) -> int:
         check_writable_file(args.json)
     folder = check_folder(args.folder)
     baseline = _baseline(args.baseline, run_source(folder), check_baseline)
+    served = check_llamacpp(folder) if args.llamacpp else None
     threads = pick_threads(args.threads)
     if threads is not None:
         torch.set_num_threads(threads)
     record = measure(folder, baseline, settings)
     print(table(record))
+    if served is not None:
+        record["llamacpp"] = measure_llamacpp(served, settings.prompt_tokens, settings.new_tokens, settings.repeats,
+                                              llamacpp_threads(args.threads))
+        print("\n".join(llamacpp_lines(record["llamacpp"])))
     if args.json:
         write_json(args.json, record)
     return 0
