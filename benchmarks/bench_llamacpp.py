@@ -4,8 +4,10 @@ For one embedded model: the dense model exported as F16, every ``--runs`` folder
 ``python -m toolkit export`` (its own grid, code for code where a GGUF block type holds it), and
 llama.cpp's own quantizer (``llama-quantize``, here ``llama_model_quantize``) applied to the dense F16
 export for the head-to-head at four bits (token embedding and output head kept at F16 as in PruneLab's
-exports, so the decoder linears alone differ; no importance matrix: ``llama-imatrix`` is a tool the
-Python package does not build). Then, through ``llama-cpp-python`` on ``--threads`` threads:
+exports, so the decoder linears alone differ), and with ``--llama-bin`` the same types quantized with an
+importance matrix that ``llama-imatrix`` computed on PruneLab's calibration windows (its tools are not in
+the Python package: build them from the llama.cpp sources it vendors, docs/serving.md). Then, through
+``llama-cpp-python`` on ``--threads`` threads:
 
 - perplexity on PruneLab's own windows (the first ``--windows`` wiki test windows of ``--seqlen``
   tokens, the same ids, BOS where the model takes it), beside PruneLab's own figure of the same windows
@@ -85,6 +87,43 @@ def _dense_entries(model: str, work: Path, quantizers: list[str], threads: int) 
     return entries, loaded
 
 
+def calibration_text(loaded: Any, path: Path, nsamples: int, seqlen: int, seed: int) -> Path:
+    """PruneLab's calibration windows (wiki train, ``nsamples`` × ``seqlen``, ``seed``) decoded and joined, for
+    ``llama-imatrix`` (which tokenizes the file again and cuts it into chunks of its context)."""
+    from toolkit.data.text import CalibSpec, calibration_windows, load_tokens
+
+    windows = calibration_windows(load_tokens("wiki", "train", loaded.codec), CalibSpec("wiki", nsamples, seqlen, seed))
+    path.write_text("\n\n".join(loaded.codec.tokenizer.decode(w) for w in windows.tolist()), encoding="utf-8")
+    return path
+
+
+def imatrix_entries(dense: Path, calib: Path, work: Path, quantizers: list[str], args: argparse.Namespace
+                    ) -> list[Entry]:
+    """``llama-imatrix`` on the calibration text, then ``llama-quantize --imatrix`` into each type (embedding and
+    output head kept at F16, as in PruneLab's exports). The binaries come from ``--llama-bin``: llama.cpp's tools,
+    built from the sources llama-cpp-python vendors (docs/serving.md)."""
+    import subprocess
+
+    bin_dir, chunks, seqlen, threads = Path(args.llama_bin), args.nsamples, args.calib_seqlen, args.threads
+    matrix = work / "imatrix.gguf"
+    start = time.perf_counter()
+    subprocess.run([str(bin_dir / "llama-imatrix"), "-m", str(dense), "-f", str(calib), "-o", str(matrix), "-c",
+                    str(seqlen), "--chunks", str(chunks), "-t", str(threads), "-ngl", "0"], check=True,
+                   capture_output=True)
+    matrix_seconds = time.perf_counter() - start
+    entries = []
+    for ftype in quantizers:
+        out = work / f"{dense.stem}-imatrix-{ftype}.gguf"
+        start = time.perf_counter()
+        subprocess.run([str(bin_dir / "llama-quantize"), "--imatrix", str(matrix), "--token-embedding-type", "f16",
+                        "--output-tensor-type", "f16", str(dense), str(out), ftype.upper(), str(threads)],
+                       check=True, capture_output=True)
+        entries.append(Entry(f"llama-quantize {ftype.upper()} + imatrix", "llama-quantize", out,
+                             {"ftype": ftype, "imatrix": True, "embedding": "F16 (kept, as PruneLab's exports)",
+                              "solve_seconds": round(matrix_seconds + time.perf_counter() - start, 2)}))
+    return entries
+
+
 def main() -> None:
     """Export, quantize, measure every GGUF with llama.cpp and print one JSON object per GGUF."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -98,6 +137,11 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--work", default="/tmp/prunelab-llamacpp", help="where the GGUFs are written")
+    parser.add_argument("--llama-bin", default=None, help="folder of llama.cpp's llama-imatrix and llama-quantize: "
+                        "adds the quantizer's types with an importance matrix from the calibration text")
+    parser.add_argument("--imatrix-types", default="q4_0,q4_1,q4_k_m", help="types quantized with the matrix")
+    parser.add_argument("--nsamples", type=int, default=32, help="calibration windows for the importance matrix")
+    parser.add_argument("--calib-seqlen", type=int, default=512)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
@@ -114,6 +158,10 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     quantizers = [q for q in args.quantizers.split(",") if q]
     entries, loaded = _dense_entries(args.model, work, quantizers, args.threads)
+    if args.llama_bin:
+        calib = calibration_text(loaded, work / "calibration.txt", args.nsamples, args.calib_seqlen, 0)
+        types = [q for q in args.imatrix_types.split(",") if q]
+        entries += imatrix_entries(entries[0].path, calib, work, types, args)
     entries += [_run_entry(Path(run), work, args.windows, args.seqlen) for run in args.runs]
     windows = eval_windows(load_tokens("wiki", "test", loaded.codec), args.seqlen, args.windows, bos_id(loaded))
     entries[0].facts["ppl_prunelab"] = perplexity(loaded.model, windows, torch.device("cpu"))

@@ -208,7 +208,8 @@ SMOLLM2_FILES = ("quick_ranking.jsonl", "cpu_full_baselines.jsonl", "cpu_full_fi
                  "cpu_full_fista_more.jsonl", "cpu_full_48.jsonl", "cpu_oneshot_cells.jsonl", "cpu_permute.jsonl",
                  "cpu_ria.jsonl",
                  "cpu_awp_full.jsonl", "awp_step_cpu.jsonl", "cpu_depth.jsonl", "cpu_struct_full.jsonl",
-                 "cpu_struct_seeds.jsonl")  # named one by one: a name is read even where another section claims it
+                 "cpu_struct_seeds.jsonl",
+                 "cpu_seeds.jsonl")  # named one by one: a name is read even where another section claims it
 
 MODELS_SECTIONS = [
     Section(

@@ -154,6 +154,10 @@ CLI_CASES = [
     BadInput("prune-set-syntax", "--set without key=value", (*PRUNE, "--set", "xi"), 2, "--set takes key=value"),
     BadInput("recover-not-a-run", "recover a folder that is not a run", ("recover", "{tmp}/missing"), 2,
              "not a run folder"),
+    BadInput("export-not-a-run", "export a folder that is not a run", ("export", "{tmp}/missing"), 2,
+             "is not a run folder"),
+    BadInput("export-no-model", "export a run that saved no model", ("export", "{tmp}/run"), 2,
+             "saved no model: prune again with --save-model", setup=lambda tmp: _run_at(tmp / "run")),
     BadInput("eval-nothing-to-do", "eval with --data none and no --tasks",
              ("eval", "--model", "no-such-model", "--data", "none"), 2, "--data none leaves nothing to evaluate"),
     BadInput("prune-gptq-keep-zeros", "a keep_zeros for GPTQ that is not auto, on or off",
@@ -243,3 +247,8 @@ INPUT_FILE_CASES = [
 ]
 
 CASES: list[BadInput] = [*STORE_CASES, *CLI_CASES, *INPUT_FILE_CASES]
+
+
+def _run_at(path: Path) -> Path:
+    """A finished synthetic run (no saved model) moved to ``path``, so a case's command can name it."""
+    return write_run(path.parent / "store", hostile.CONFIG).rename(path)
