@@ -32,7 +32,8 @@ from toolkit.run.provenance import versions
 from toolkit.runtime.devices import resolve_device
 
 FAMILIES = ("dense", "width", "depth", "quant", "width+quant", "depth+quant")
-NOT_SAVABLE = {"awq": "AWQ's Q(W·diag s)/s needs 1/s folded into the preceding op; it cannot be saved"}
+NOT_SAVABLE = {"awq": "AWQ's Q(W·diag s)/s needs 1/s folded into the preceding op; with its own s per linear "
+                      "(scale=own, the run measured here) it cannot be saved; scale=shared saves"}
 
 
 def _read(run: Path, name: str) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 For one embedded model: the dense model exported as F16, every ``--runs`` folder exported with
 ``python -m toolkit export`` (its own grid, code for code where a GGUF block type holds it), and
-llama.cpp's own quantizer (``llama-quantize``, here ``llama_model_quantize``) applied to the dense F16
+llama.cpp's own quantizer (``llama-quantize``, here ``llama_model_quantize``) applied to the dense
 export for the head-to-head at four bits (token embedding and output head kept at F16 as in PruneLab's
 exports, so the decoder linears alone differ), and with ``--llama-bin`` the same types quantized with an
 importance matrix that ``llama-imatrix`` computed on PruneLab's calibration windows (its tools are not in
@@ -13,7 +13,7 @@ the Python package: build them from the llama.cpp sources it vendors, docs/servi
   tokens, the same ids, BOS where the model takes it), beside PruneLab's own figure of the same windows
   (a run's result.json; the dense model evaluated here);
 - batch-1 prefill and decode tokens/s, interleaved: every repeat measures every model once in turn,
-  and the medians are reported, with the ratio to the dense F16 export.
+  and the medians are reported, with the ratio to the dense export (F16; BF16 for a bfloat16 model, as the runs export).
 
     python -m benchmarks.bench_llamacpp --model smollm2-135m --runs runs/A runs/B \
         --quantizers q4_0,q4_1,q4_k_m --json benchmarks/results/llamacpp_smollm2.jsonl
@@ -67,16 +67,20 @@ def _run_entry(run: Path, work: Path, windows: int, seqlen: int) -> Entry:
 
 
 def _dense_entries(model: str, work: Path, quantizers: list[str], threads: int) -> tuple[list[Entry], Any]:
-    """The dense F16 export and llama.cpp's own quantizations of it; returns them and the loaded model."""
+    """The dense export (F16, BF16 for a bfloat16 model as the runs' exports) and llama.cpp's own quantizations
+    of it; returns them and the loaded model."""
+    import torch
+
     from toolkit.evaluation import llamacpp
     from toolkit.models.gguf_export import ExportTypes, export_gguf
     from toolkit.models.load import load_model
     from toolkit.run.export import source_gguf
 
     loaded = load_model(model)
-    dense = work / f"{model}-f16.gguf"
-    report = export_gguf(loaded.model, {}, source_gguf(model), dense, ExportTypes("f16"))
-    entries = [Entry("dense F16", "dense", dense, {"gguf_types": report.types})]
+    floats = "bf16" if next(loaded.model.parameters()).dtype == torch.bfloat16 else "f16"  # as the exports
+    dense = work / f"{model}-{floats}.gguf"
+    report = export_gguf(loaded.model, {}, source_gguf(model), dense, ExportTypes(floats))
+    entries = [Entry(f"dense {floats.upper()}", "dense", dense, {"gguf_types": report.types})]
     for ftype in quantizers:
         out = work / f"{model}-llama-quantize-{ftype}.gguf"
         start = time.perf_counter()

@@ -1,11 +1,12 @@
 """The "served by llama.cpp" section of ``docs/results.md``: PruneLab's GGUF exports measured by llama.cpp.
 
 Read from ``benchmarks/results/llamacpp_*.jsonl`` (records of ``benchmarks/bench_llamacpp.py``, one GGUF
-each; per model and label the newest record). One table per model: the dense F16 export, every
-exported run and llama.cpp's own quantizer on the same dense export, with the GGUF's size, llama.cpp's
-perplexity beside PruneLab's on the same windows, batch-1 prefill and decode tokens/s against the dense
-F16 export, and the solve time. The sentences under each table are computed from the records: the
-largest gap between llama.cpp's perplexity and PruneLab's, and the best four-bit output of each source.
+each; per model and label the newest record). One table per model: the dense export (F16; BF16 for a
+bfloat16 model), every exported run and llama.cpp's own quantizer on the same dense export, with the
+GGUF's size, llama.cpp's perplexity beside PruneLab's on the same windows, batch-1 prefill and decode
+tokens/s against the dense export, and the solve time. The sentences under each table are computed from
+the records: the largest gap between llama.cpp's perplexity and PruneLab's, and the best four-bit output
+of each source.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 
 from benchmarks.results_read import Lines, Section, commits, records_of, table_lines
 
-HEADER = ["output", "GGUF tensors", "MiB", "llama.cpp ppl", "PruneLab ppl (gap)", "prefill tok/s (× F16)",
-          "decode tok/s (× F16)", "solve s"]
+HEADER = ["output", "GGUF tensors", "MiB", "llama.cpp ppl", "PruneLab ppl (gap)", "prefill tok/s (× dense)",
+          "decode tok/s (× dense)", "solve s"]
 KIND_ORDER = {"dense": 0, "prunelab": 1, "llama-quantize": 2}
 
 
@@ -62,7 +63,7 @@ def _findings(records: list[dict[str, Any]]) -> Lines:
         if four:
             best = min(four, key=lambda r: r["ppl_llamacpp"])
             lines.append(f"- Best four-bit output of {who}: {best['label']} at {best['ppl_llamacpp']:.2f} "
-                         f"({best['gguf_mib']:.1f} MiB, decode {best['decode_speedup']:.2f}× the F16 export).")
+                         f"({best['gguf_mib']:.1f} MiB, decode {best['decode_speedup']:.2f}× the dense export).")
     return lines
 
 
@@ -91,12 +92,15 @@ LLAMACPP_SECTIONS = (
         render_llamacpp,
         "Every output is a GGUF written by `python -m toolkit export RUN --format gguf` (docs/serving.md): a "
         "quantized run's linears in the block type that holds its grid code for code (asymmetric INT4 g32 → "
-        "Q4_1, symmetric → Q4_0), the token embedding F16 (PruneLab does not quantize it), norms F32. "
+        "Q4_1, symmetric → Q4_0), the token embedding F16 (Gemma: BF16; PruneLab does not quantize it), "
+        "norms F32. "
         "\"llama-quantize\" rows are llama.cpp's own quantizer (`llama_model_quantize`, what `llama-quantize` "
-        "runs) on the same dense F16 export, with the token embedding and output head kept at F16 so that "
-        "only the decoder linears differ; no importance matrix (`llama-imatrix` is a tool the Python package "
-        "does not build). Runs: calibration wiki train 32 × 512 tokens, seed 0. llama.cpp built from the "
-        "sources llama-cpp-python 0.3.36 vendors, on the development machine's CPU (AMD EPYC with AVX-512), "
+        "runs) on the same dense export (F16; Gemma: BF16), with the token embedding and output head kept at "
+        "F16 so that only the decoder linears differ; \"+ imatrix\" rows quantize with the importance matrix "
+        "`llama-imatrix` computed on PruneLab's calibration windows (wiki train 32 × 512, seed 0, decoded and "
+        "joined; its seconds are in \"solve s\"), the others without one. Runs: calibration wiki train 32 × 512 tokens, "
+        "seed 0. llama.cpp built from the sources llama-cpp-python 0.3.36 vendors, on the development "
+        "machine's CPU (AMD EPYC with AVX-512), "
         "while another benchmark ran on the second core: the speeds are comparable within a table (interleaved "
         "rounds), not across sessions. \"solve s\" is the run's prune time (other work on the machine included) "
         "or the quantizer's.",
@@ -108,6 +112,8 @@ $B --model smollm2-135m --method awq --quant int4:g32 --set scale=shared   # and
 $B --model smollm2-135m --method depth --sparsity "structured:4 layers"
 $B --model smollm2-135m --method wanda --sparsity 50%
 python -m benchmarks.bench_llamacpp --model smollm2-135m --runs runs/<each run above> \\
-    --json benchmarks/results/llamacpp_smollm2.jsonl""",
+    --json benchmarks/results/llamacpp_smollm2.jsonl
+python -m benchmarks.bench_llamacpp --model smollm2-135m --quantizers "" --llama-bin llama.cpp/build/bin \\
+    --json benchmarks/results/llamacpp_smollm2.jsonl          # + imatrix rows (docs/serving.md builds the tools)""",
     ),
 )

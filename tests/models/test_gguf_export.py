@@ -15,6 +15,7 @@ from tests.helpers.gguf_source import write_source
 from toolkit.errors import ToolkitError
 from toolkit.methods.quant_grid import dequantize, quantize
 from toolkit.models import gguf_blocks
+from toolkit.models.gguf_cache import layer_types
 from toolkit.models.gguf_export import ExportTypes, export_gguf, head_rows
 from toolkit.models.layers import decoder_layers, layer_linears
 from toolkit.models.load import load_model
@@ -109,6 +110,7 @@ def test_removed_layers_rewrite_the_layer_count_and_gemma_pattern(tmp_path: Path
     assert int(fields["gemma3.attention.head_count_kv"].contents()) == model.config.num_key_value_heads
     assert list(fields["gemma3.attention.sliding_window_pattern"].contents()) == [True, True, False]
     assert fields["general.name"].contents() == "tiny test source"  # the source's metadata carried over
+    assert layer_types(tmp_path / "out.gguf") == model.config.layer_types  # what PruneLab's GGUF loader reads back
 
 
 def test_q_k_permutation_is_llama_cpp_s() -> None:

@@ -82,16 +82,35 @@ def converted_gguf(path: Path, dtype: torch.dtype) -> Path:
     return folder
 
 
+def layer_types(path: Path) -> list[str] | None:
+    """Gemma 3's attention kind per layer from ``gemma3.attention.sliding_window_pattern`` (True = sliding).
+
+    llama.cpp reads the array; transformers' GGUF reader does not and assumes the 5 : 1 pattern, which a
+    depth-pruned export no longer has. None when the file has no such array.
+    """
+    from gguf import GGUFReader
+
+    field = GGUFReader(path).fields.get("gemma3.attention.sliding_window_pattern")
+    if field is None:
+        return None
+    return ["sliding_attention" if bool(flag) else "full_attention" for flag in field.contents()]
+
+
 def _convert(gguf: Path, folder: Path, dtype: torch.dtype, quantization: str) -> None:
     """Dequantize ``gguf`` (transformers' reader), cast to ``dtype`` and save it with its tokenizer and lineage."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)  # a conversion interrupted earlier
     start = time.perf_counter()
     log.warning("dequantizing %s once into %s (a few minutes; later runs load the result)", gguf.name, folder)
     try:
-        model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        kinds = layer_types(gguf)
+        if kinds is not None and len(kinds) == config.num_hidden_layers:
+            config.layer_types = kinds  # a depth-pruned Gemma 3 export: its own pattern, not the default 5 : 1
+        model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, config=config,
+                                                          dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model.hf_quantizer = None  # dequantized: the GGUF quantization no longer describes the weights
         if hasattr(model.config, "quantization_config"):
