@@ -191,7 +191,9 @@ def main() -> None:
               "ppl_gap": None if ours is None else theirs / ours - 1,
               "prefill_tps": round(prefill, 1), "decode_tps": round(decode, 1),
               "prefill_speedup": round(prefill / base_prefill, 3), "decode_speedup": round(decode / base_decode, 3),
-              "protocol": {"windows": args.windows, "seqlen": args.seqlen, "threads": args.threads,
+              "protocol": {"evaluation": {"dataset": "wiki", "split": "test", "seqlen": args.seqlen,
+                                          "windows": args.windows, "all_windows": False},
+                           "windows": args.windows, "seqlen": args.seqlen, "threads": args.threads,
                            "repeats": args.repeats, "prompt_tokens": len(prompt), "new_tokens": args.new_tokens,
                            "interleaved": True, "batch": 1},
               "versions": versions}, args.json)

@@ -22,11 +22,14 @@ KIND_ORDER = {"dense": 0, "prunelab": 1, "llama-quantize": 2}
 
 
 def _newest(paths: list[Path]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per model, per label, the last record (files in order, lines in order)."""
+    """Per model, per label, the last record (files in order, lines in order); the dense row is the first
+    measurement of the model, the baseline of the exported runs' ratios."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for record in records_of(paths):
         if record.get("benchmark") == "llamacpp":
-            out.setdefault(str(record["model"]), {})[str(record["label"])] = record
+            labels = out.setdefault(str(record["model"]), {})
+            if record.get("kind") != "dense" or str(record["label"]) not in labels:
+                labels[str(record["label"])] = record
     return out
 
 
@@ -39,7 +42,7 @@ def _types(record: dict[str, Any]) -> str:
 
 def _row(record: dict[str, Any]) -> list[str]:
     ours, gap = record.get("ppl_prunelab"), record.get("ppl_gap")
-    prunelab = "–" if ours is None else f"{ours:.2f} ({100 * gap:+.2f} %)"
+    prunelab = "–" if ours is None or gap is None else f"{ours:.2f} ({100 * gap:+.2f} %)"
     solve = record.get("solve_seconds")
     return [record["label"], _types(record), f"{record['gguf_mib']:.1f}", f"{record['ppl_llamacpp']:.2f}", prunelab,
             f"{record['prefill_tps']:.0f} ({record['prefill_speedup']:.2f}×)",
@@ -49,6 +52,43 @@ def _row(record: dict[str, Any]) -> list[str]:
 def _four_bit(record: dict[str, Any]) -> bool:
     label = str(record["label"]).lower()
     return "int4" in label or "q4" in label
+
+
+def _main_type(record: dict[str, Any]) -> str | None:
+    """The block type of a record's linears: its ``ftype`` (llama-quantize) or its most frequent 4-bit type."""
+    if record.get("ftype"):
+        return str(record["ftype"]).upper()
+    four = {k: n for k, n in (record.get("gguf_types") or {}).items() if k.startswith("Q")}
+    return max(four, key=four.__getitem__) if four else None
+
+
+def _same_size(records: list[dict[str, Any]]) -> Lines:
+    """Per block type, PruneLab's best export against llama.cpp's quantizer into that type (same bytes)."""
+    lines = []
+    for qtype in ("Q4_0", "Q4_1"):
+        ours = [r for r in records if r["kind"] == "prunelab" and _main_type(r) == qtype]
+        theirs = [r for r in records if r["kind"] == "llama-quantize" and _main_type(r) == qtype]
+        if ours and theirs:
+            best = min(ours, key=lambda r: r["ppl_llamacpp"])
+            rivals = "; ".join(f"{r['label']} {r['ppl_llamacpp']:.2f}" for r in theirs)
+            lines.append(f"- At {qtype}'s size ({best['gguf_mib']:.1f} MiB): PruneLab's best, {best['label']}, "
+                         f"{best['ppl_llamacpp']:.2f}; {rivals}.")
+    return lines
+
+
+def _source_note(model: str, records: list[dict[str, Any]]) -> Lines:
+    """Where llama.cpp's quantizer re-finds the grid of the quantized GGUF the embedded model came from."""
+    from toolkit.models.embedded import EMBEDDED_MODELS
+
+    source = EMBEDDED_MODELS[model].quantization if model in EMBEDDED_MODELS else None
+    hits = [r for r in records if r["kind"] == "llama-quantize" and _main_type(r) == (source or "").upper()]
+    if not hits:
+        return []
+    found = ", ".join(f"{r['label']} {r['ppl_llamacpp']:.2f}" for r in hits)
+    return [f"- {model} is itself dequantized from a {source} GGUF: its weights already lie on a {source} grid, "
+            f"which llama.cpp's {source} (a float minimum or sub-block scales per block) finds again almost "
+            f"exactly ({found} against dense {records[0]['ppl_llamacpp']:.2f}), and PruneLab's grids (an integer "
+            "zero point per group) cannot: that row measures the source's own quantization, not a quantizer."]
 
 
 def _findings(records: list[dict[str, Any]]) -> Lines:
@@ -62,7 +102,7 @@ def _findings(records: list[dict[str, Any]]) -> Lines:
         four = [r for r in records if r["kind"] == kind and _four_bit(r)]
         if four:
             best = min(four, key=lambda r: r["ppl_llamacpp"])
-            lines.append(f"- Best four-bit output of {who}: {best['label']} at {best['ppl_llamacpp']:.2f} "
+            lines.append(f"- {who} best four-bit output: {best['label']} at {best['ppl_llamacpp']:.2f} "
                          f"({best['gguf_mib']:.1f} MiB, decode {best['decode_speedup']:.2f}× the dense export).")
     return lines
 
@@ -81,7 +121,8 @@ def render_llamacpp(paths: list[Path]) -> Lines:
                   f"{protocol['new_tokens']} new tokens, {protocol['repeats']} interleaved rounds (medians); "
                   f"llama-cpp-python {records[0]['versions'].get('llama_cpp_python')}.", ""]
         lines += table_lines(HEADER, [_row(r) for r in records])
-        lines += ["", *_findings(records), "", f"Commits: {', '.join(f'`{c}`' for c in commits(records))}.", ""]
+        notes = [*_findings(records), *_same_size(records), *_source_note(model, records)]
+        lines += ["", *notes, "", f"Commits: {', '.join(f'`{c}`' for c in commits(records))}.", ""]
     return lines[:-1]
 
 
@@ -98,7 +139,10 @@ LLAMACPP_SECTIONS = (
         "runs) on the same dense export (F16; Gemma: BF16), with the token embedding and output head kept at "
         "F16 so that only the decoder linears differ; \"+ imatrix\" rows quantize with the importance matrix "
         "`llama-imatrix` computed on PruneLab's calibration windows (wiki train 32 × 512, seed 0, decoded and "
-        "joined; its seconds are in \"solve s\"), the others without one. Runs: calibration wiki train "
+        "joined; its seconds are in \"solve s\"), the others without one; they were measured in a second "
+        "invocation, so their ratios are to that invocation's own dense export (the dense row shown is the "
+        "first invocation's). Runs: calibration wiki "
+        "train "
         "32 × 512 tokens, seed 0. llama.cpp built from the sources llama-cpp-python 0.3.36 vendors, on the development "
         "machine's CPU (AMD EPYC with AVX-512), "
         "while another benchmark ran on the second core: the speeds are comparable within a table (interleaved "
@@ -114,6 +158,11 @@ $B --model smollm2-135m --method wanda --sparsity 50%
 python -m benchmarks.bench_llamacpp --model smollm2-135m --runs runs/<each run above> \\
     --json benchmarks/results/llamacpp_smollm2.jsonl
 python -m benchmarks.bench_llamacpp --model smollm2-135m --quantizers "" --llama-bin llama.cpp/build/bin \\
-    --json benchmarks/results/llamacpp_smollm2.jsonl          # + imatrix rows (docs/serving.md builds the tools)""",
+    --json benchmarks/results/llamacpp_smollm2.jsonl          # + imatrix rows (docs/serving.md builds the tools)
+$B --model gemma-3-270m --method gptq --quant int4:g32:sym                   # and rtn; awq with --set scale=shared
+python -m benchmarks.bench_llamacpp --model gemma-3-270m --runs runs/<each Gemma run> --quantizers q4_0,q4_k_m \\
+    --json benchmarks/results/llamacpp_gemma.jsonl
+python -m benchmarks.bench_llamacpp --model gemma-3-270m --quantizers "" --imatrix-types q4_0,q4_k_m \\
+    --llama-bin llama.cpp/build/bin --json benchmarks/results/llamacpp_gemma.jsonl""",
     ),
 )
