@@ -27,6 +27,9 @@ AWP_GPTQ = "awp@int4 (grid_update=nearest, quant_init=gptq)"
 TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("One-shot pruning at 50 %", tuple(f"{m}@50%" for m in (
         "magnitude", "wanda", "ria", "sparsegpt", "thanos", "fista", "alps", "awp"))),
+    ("Higher sparsity and 4:8", tuple(f"{m}@{t}" for t in ("60%", "70%") for m in ("wanda", "sparsegpt", "thanos",
+                                                                                    "fista"))
+     + tuple(f"{m}@4:8" for m in ("wanda", "sparsegpt", "thanos"))),
     ("n:m, without and with `--permute`", tuple(f"{m}@2:4{p}" for m in ("wanda", "sparsegpt", "thanos", "alps")
                                               for p in ("", " +permute"))),
     ("Quantizers (`int4`, `int3`: the group fitted to the model: g64 on SmolLM2, g128 on Gemma)",
@@ -44,6 +47,8 @@ FINDINGS: tuple[tuple[str, str, str], ...] = (
     ("AWP from GPTQ's solution with nearest grids against AWP's default at INT4", AWP_GPTQ, "awp@int4"),
     ("SparseGPT against Wanda at 50 %", "sparsegpt@50%", "wanda@50%"),
     ("Thanos against SparseGPT at 50 %", "thanos@50%", "sparsegpt@50%"),
+    ("SparseGPT against Wanda at 60 %", "sparsegpt@60%", "wanda@60%"),
+    ("Thanos against SparseGPT at 60 %", "thanos@60%", "sparsegpt@60%"),
     ("`--permute` on Wanda 2:4", "wanda@2:4 +permute", "wanda@2:4"),
     ("`--permute` on SparseGPT 2:4", "sparsegpt@2:4 +permute", "sparsegpt@2:4"),
 )
@@ -234,6 +239,10 @@ $B --seed 1 --runs wanda@50% --json benchmarks/results/gemma_cpu_oneshot.jsonl
 OMP_NUM_THREADS=1 $B --no-dense --seed 1 --runs sparsegpt@50% thanos@50% \\
     --json benchmarks/results/gemma_cpu_oneshot.jsonl
 OMP_NUM_THREADS=1 $B --no-dense --seed 1 --runs gptq@int4 awq@int4 --json benchmarks/results/gemma_cpu_quant.jsonl
+OMP_NUM_THREADS=1 $B --no-dense --runs wanda@60% sparsegpt@60% thanos@60% --json benchmarks/results/gemma_cpu_oneshot.jsonl
+OMP_NUM_THREADS=1 $B --no-dense --seed 2 --runs wanda@50% sparsegpt@50% thanos@50% \\
+    --json benchmarks/results/gemma_cpu_oneshot.jsonl
+OMP_NUM_THREADS=1 $B --no-dense --seed 2 --runs gptq@int4 --json benchmarks/results/gemma_cpu_quant.jsonl
 python -m benchmarks.bench_prune --model smollm2-135m --no-dense --runs awp@int4:quant_init=gptq,grid_update=nearest \
       --json benchmarks/results/cpu_awp_full.jsonl
 python -m benchmarks.bench_preset_ranking --model gemma-3-270m --protocol quick --threads 1 \
