@@ -239,7 +239,8 @@ $B --seed 1 --runs wanda@50% --json benchmarks/results/gemma_cpu_oneshot.jsonl
 OMP_NUM_THREADS=1 $B --no-dense --seed 1 --runs sparsegpt@50% thanos@50% \\
     --json benchmarks/results/gemma_cpu_oneshot.jsonl
 OMP_NUM_THREADS=1 $B --no-dense --seed 1 --runs gptq@int4 awq@int4 --json benchmarks/results/gemma_cpu_quant.jsonl
-OMP_NUM_THREADS=1 $B --no-dense --runs wanda@60% sparsegpt@60% thanos@60% --json benchmarks/results/gemma_cpu_oneshot.jsonl
+OMP_NUM_THREADS=1 $B --no-dense --runs wanda@60% sparsegpt@60% thanos@60% \\
+    --json benchmarks/results/gemma_cpu_oneshot.jsonl
 OMP_NUM_THREADS=1 $B --no-dense --seed 2 --runs wanda@50% sparsegpt@50% thanos@50% \\
     --json benchmarks/results/gemma_cpu_oneshot.jsonl
 OMP_NUM_THREADS=1 $B --no-dense --seed 2 --runs gptq@int4 --json benchmarks/results/gemma_cpu_quant.jsonl
