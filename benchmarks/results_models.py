@@ -245,7 +245,8 @@ OMP_NUM_THREADS=1 $B --no-dense --seed 2 --runs wanda@50% sparsegpt@50% thanos@5
     --json benchmarks/results/gemma_cpu_oneshot.jsonl
 OMP_NUM_THREADS=1 $B --no-dense --seed 2 --runs gptq@int4 awq@int4 --json benchmarks/results/gemma_cpu_quant.jsonl
 S="python -m benchmarks.bench_prune --model smollm2-135m --out runs_bench --no-dense"
-OMP_NUM_THREADS=1 $S --seed 1 --runs wanda@50% sparsegpt@50% thanos@50% --json benchmarks/results/cpu_seeds.jsonl
+OMP_NUM_THREADS=1 $S --seed 1 --runs wanda@50% sparsegpt@50% thanos@50% gptq@int4 awq@int4 \\
+    --json benchmarks/results/cpu_seeds.jsonl
 python -m benchmarks.bench_prune --model smollm2-135m --no-dense --runs awp@int4:quant_init=gptq,grid_update=nearest \
       --json benchmarks/results/cpu_awp_full.jsonl
 python -m benchmarks.bench_preset_ranking --model gemma-3-270m --protocol quick --threads 1 \
