@@ -32,7 +32,11 @@ Q4_0, Q4_1, Q8_0 = GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1, GGMLQua
 
 @dataclass(frozen=True)
 class GridCodes:
-    """One linear's stored state: codes (out, in) uint8, scales and zero points (out, groups), its grid."""
+    """One linear's stored state: codes (out, in) uint8, scales and zero points (out, groups), its grid.
+
+    The fields of the run store's ``StoredQuant``, which ``models/`` may not import (it sits below the
+    store's read side); ``toolkit/run/export.py`` copies one into the other.
+    """
 
     codes: np.ndarray
     scales: np.ndarray
