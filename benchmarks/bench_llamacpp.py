@@ -69,15 +69,13 @@ def _run_entry(run: Path, work: Path, windows: int, seqlen: int) -> Entry:
 def _dense_entries(model: str, work: Path, quantizers: list[str], threads: int) -> tuple[list[Entry], Any]:
     """The dense export (F16, BF16 for a bfloat16 model as the runs' exports) and llama.cpp's own quantizations
     of it; returns them and the loaded model."""
-    import torch
-
     from toolkit.evaluation import llamacpp
-    from toolkit.models.gguf_export import ExportTypes, export_gguf
+    from toolkit.models.gguf_export import ExportTypes, export_gguf, native_float
     from toolkit.models.load import load_model
     from toolkit.run.export import source_gguf
 
     loaded = load_model(model)
-    floats = "bf16" if next(loaded.model.parameters()).dtype == torch.bfloat16 else "f16"  # as the exports
+    floats = native_float(loaded.model)  # as the runs' exports
     dense = work / f"{model}-{floats}.gguf"
     report = export_gguf(loaded.model, {}, source_gguf(model), dense, ExportTypes(floats))
     entries = [Entry(f"dense {floats.upper()}", "dense", dense, {"gguf_types": report.types})]

@@ -74,9 +74,9 @@ your store ([app.md](app.md)) and in `notebooks/08_frontier.ipynb`.
 
 transformers dequantizes an INT4 checkpoint before every matmul on a CPU, so `measure` finds it smaller,
 not faster. `measure DIR --llamacpp` adds what the output buys in llama.cpp (and Ollama on top of it):
-the run exported as GGUF with its grid kept code for code and its dense source as F16, both timed by
-llama.cpp itself at batch 1, interleaved ([serving.md](serving.md); the optional extra
-`requirements-llamacpp.txt`). The exports of many runs, with llama.cpp's perplexity beside PruneLab's and
+the run exported as GGUF with its grid kept code for code and its dense source as F16 (BF16 for a
+bfloat16 model), both timed by llama.cpp itself at batch 1, interleaved ([serving.md](serving.md); the
+optional extra `requirements-llamacpp.txt`). The exports of many runs, with llama.cpp's perplexity beside PruneLab's and
 llama.cpp's own quantizer beside PruneLab's grids, are in the "Served by llama.cpp" section of
 [results.md](results.md#served-by-llamacpp-gguf-exports-their-perplexity-and-speed-where-they-run).
 """

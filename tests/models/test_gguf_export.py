@@ -13,8 +13,7 @@ from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor, load_
 
 from tests.helpers.gguf_source import write_source
 from toolkit.errors import ToolkitError
-from toolkit.methods.quant_grid import dequantize, quantize
-from toolkit.models import gguf_blocks
+from toolkit.methods.quant_grid import QuantState, dequantize, quantize
 from toolkit.models.gguf_cache import layer_types
 from toolkit.models.gguf_export import ExportTypes, export_gguf, head_rows
 from toolkit.models.layers import decoder_layers, layer_linears
@@ -30,7 +29,7 @@ def _read_back(model: torch.nn.Module, path: Path) -> dict[str, torch.Tensor]:
     return load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
 
 
-def _quantize_all(model: Any, spec: QuantSpec) -> dict[str, gguf_blocks.GridCodes]:
+def _quantize_all(model: Any, spec: QuantSpec) -> dict[str, QuantState]:
     """Quantize every decoder linear in place (its weight becomes the dequantized grid) and return the states."""
     states = {}
     for index, layer in enumerate(decoder_layers(model)):
@@ -38,9 +37,7 @@ def _quantize_all(model: Any, spec: QuantSpec) -> dict[str, gguf_blocks.GridCode
         for name, linear in linears.items():
             state = quantize(linear.weight.data.float(), spec)
             linear.weight.data = dequantize(state).to(linear.weight.dtype)
-            states[f"model.layers.{index}.{name}.weight"] = gguf_blocks.GridCodes(
-                state.codes.numpy(), state.scales.numpy(), state.zeros.numpy(), spec.bits, spec.group_size,
-                spec.symmetric)
+            states[f"model.layers.{index}.{name}.weight"] = state
     return states
 
 

@@ -54,9 +54,7 @@ def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str],
     for name in group:
         run.check_cancel()
         module = linears[name]
-        W = get_weight(module).detach().to(SOLVER_DTYPE)  # (out, in): the write-back swaps the parameter's data
-        if not all_finite(W):
-            raise NumericalError(f"layer {index} {name}: the weight has NaN/Inf entries; the checkpoint is broken")
+        W = _weight(run, module, name)
         ctx = SolveContext(layer=index, name=name, quant=run.quant, emit=run.emit, cancelled=run.cancelled)
         t0 = time.perf_counter()
         with run.timer.section("solve"):
@@ -68,14 +66,7 @@ def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str],
         if run.cfg.refine is not None and run.cfg.refine.applies_to(name):
             with run.timer.section("refine"):
                 result = refine_mask(run, name, W, result, stats)
-        seconds = time.perf_counter() - t0
-        keep = result.keep_mask.to(W.device, torch.bool)
-        new = _written_weight(run, index, name, W, keep, result)
-        if result.quant is not None:  # the weight written is derived from the state: the method's copy can go now
-            result = dataclasses.replace(result, weight=new)
-        with run.timer.section("writeback"):
-            run.writeback.weight(module, new, run.storage_dtype)
-        _report(run, _Solved(name, W, new, keep, result, seconds), stats)
+        _write(run, module, name, W, result, time.perf_counter() - t0, stats)
 
 
 def _solve_group_at_once(run: RunState, linears: dict[str, nn.Module], group: list[str], stats: LinearStats) -> None:
@@ -83,13 +74,9 @@ def _solve_group_at_once(run: RunState, linears: dict[str, nn.Module], group: li
 
     The solve's seconds are shared out evenly among the group's linears in their reports.
     """
-    index = run.layer
     run.check_cancel()
-    weights = {name: get_weight(linears[name]).detach().to(SOLVER_DTYPE) for name in group}
-    for name, W in weights.items():
-        if not all_finite(W):
-            raise NumericalError(f"layer {index} {name}: the weight has NaN/Inf entries; the checkpoint is broken")
-    ctx = SolveContext(layer=index, name=group[0], quant=run.quant, emit=run.emit, cancelled=run.cancelled,
+    weights = {name: _weight(run, linears[name], name) for name in group}
+    ctx = SolveContext(layer=run.layer, name=group[0], quant=run.quant, emit=run.emit, cancelled=run.cancelled,
                        foldable=run.foldable(group))
     t0 = time.perf_counter()
     with run.timer.section("solve"):
@@ -97,14 +84,31 @@ def _solve_group_at_once(run: RunState, linears: dict[str, nn.Module], group: li
                                     run.target, run.method_cfg, ctx)
     seconds = (time.perf_counter() - t0) / len(group)
     for name in group:
-        W, result = weights[name], results[name]
-        keep = result.keep_mask.to(W.device, torch.bool)
-        new = _written_weight(run, index, name, W, keep, result)
-        if result.quant is not None:
-            result = dataclasses.replace(result, weight=new)
-        with run.timer.section("writeback"):
-            run.writeback.weight(linears[name], new, run.storage_dtype)
-        _report(run, _Solved(name, W, new, keep, result, seconds), stats)
+        _write(run, linears[name], name, weights[name], results[name], seconds, stats)
+
+
+def _weight(run: RunState, module: nn.Module, name: str) -> Tensor:
+    """The linear's (out, in) weight in float32 for a solve; one line when it holds NaN/Inf.
+
+    The write-back swaps the parameter's data, so this tensor stays the "before" of the error and the report.
+    """
+    W = get_weight(module).detach().to(SOLVER_DTYPE)
+    if not all_finite(W):
+        raise NumericalError(f"layer {run.layer} {name}: the weight has NaN/Inf entries; the checkpoint is broken")
+    return W
+
+
+def _write(  # noqa: PLR0913 - what both solve paths (one linear, a group at once) hand over per linear
+    run: RunState, module: nn.Module, name: str, W: Tensor, result: PruneResult, seconds: float, stats: LinearStats,
+) -> None:
+    """Write a solved linear back through the journal and report it (W: its weight before the solve)."""
+    keep = result.keep_mask.to(W.device, torch.bool)
+    new = _written_weight(run, run.layer, name, W, keep, result)
+    if result.quant is not None:  # the weight written is derived from the state: the method's copy can go now
+        result = dataclasses.replace(result, weight=new)
+    with run.timer.section("writeback"):
+        run.writeback.weight(module, new, run.storage_dtype)
+    _report(run, _Solved(name, W, new, keep, result, seconds), stats)
 
 
 def _written_weight(run: RunState, index: int, name: str, W: Tensor, keep: Tensor, result: PruneResult) -> Tensor:

@@ -21,36 +21,11 @@ Nibbles are packed as llama.cpp does: byte j of a block holds input j (low) and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from gguf import GGMLQuantizationType
 
 BLOCK = 32  # inputs per GGUF block of the three types below
 Q4_0, Q4_1, Q8_0 = GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q8_0
-
-
-@dataclass(frozen=True)
-class GridCodes:
-    """One linear's stored state: codes (out, in) uint8, scales and zero points (out, groups), its grid.
-
-    The fields of the run store's ``StoredQuant``, which ``models/`` may not import (it sits below the
-    store's read side); ``toolkit/run/export.py`` copies one into the other.
-    """
-
-    codes: np.ndarray
-    scales: np.ndarray
-    zeros: np.ndarray
-    bits: int
-    group_size: int
-    symmetric: bool
-
-    def rows(self, order: np.ndarray | None) -> GridCodes:
-        """The state with its rows (outputs) taken in ``order`` (None: as they are)."""
-        if order is None:
-            return self
-        return GridCodes(self.codes[order], self.scales[order], self.zeros[order], self.bits, self.group_size,
-                         self.symmetric)
 
 
 def group_columns(group_size: int, columns: int) -> int:
@@ -66,11 +41,7 @@ def exact_type(bits: int, group_size: int, symmetric: bool, columns: int) -> GGM
     width = group_columns(group_size, columns)
     if columns % BLOCK or width % BLOCK:
         return None
-    if bits <= 4:
-        return Q4_0 if symmetric else Q4_1
-    if bits <= 8 and symmetric:
-        return Q8_0
-    return None
+    return next((qtype for qtype in (Q4_0, Q4_1, Q8_0) if holds(qtype, bits, symmetric)), None)
 
 
 def holds(qtype: GGMLQuantizationType, bits: int, symmetric: bool) -> bool:
@@ -124,11 +95,3 @@ def pack(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray, bits: int, gr
         signed = (q - z).astype(np.int8).view(np.uint8)
         return np.concatenate([_fp16_bytes(s), signed], axis=-1).reshape(rows, -1)
     raise ValueError(f"{qtype.name} is not a block type PruneLab writes code for code")
-
-
-def dequantized(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray, group_size: int) -> np.ndarray:
-    """ŵ = (q − z) · s (rows, in) float32: what PruneLab computes with, to measure a re-quantization against."""
-    columns = codes.shape[1]
-    width = group_columns(group_size, columns)
-    expand = np.repeat(np.arange(scales.shape[1]), width)[:columns]
-    return (codes.astype(np.float32) - zeros[:, expand]) * scales[:, expand]

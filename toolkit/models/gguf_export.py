@@ -31,6 +31,7 @@ from gguf import quants as gguf_quants
 from torch import nn
 
 from toolkit.errors import ToolkitError
+from toolkit.methods.quant_grid import QuantState, dequantize
 from toolkit.models import gguf_blocks
 
 ARCHES = {"llama": "llama", "gemma3_text": "gemma3", "gemma3": "gemma3", "qwen2": "qwen2"}  # model_type → GGUF
@@ -162,25 +163,27 @@ def _relative_error(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm((a - b).ravel()) / max(float(np.linalg.norm(b.ravel())), 1e-30))
 
 
-def quant_data(state: gguf_blocks.GridCodes, rows: np.ndarray | None, want: GGMLQuantizationType | None
+def quant_data(state: QuantState, rows: np.ndarray | None, want: GGMLQuantizationType | None
                ) -> tuple[np.ndarray, GGMLQuantizationType, float | None]:
     """A linear's state as blocks: (bytes, type, None) code for code, or (bytes, type, error) re-quantized.
 
     ``want`` None takes the type that holds the grid exactly, else Q4_1 (asymmetric) / Q4_0 (symmetric)
     for b ≤ 4 bits and Q8_0 above; a ``want`` that cannot hold the grid re-quantizes to it.
     """
-    state = state.rows(rows)
-    codes, scales, zeros = state.codes, state.scales, state.zeros
-    columns = codes.shape[1]
-    exact = gguf_blocks.exact_type(state.bits, state.group_size, state.symmetric, columns)
-    qtype = want or exact or (gguf_blocks.Q8_0 if state.bits > 4 else
-                              gguf_blocks.Q4_0 if state.symmetric else gguf_blocks.Q4_1)
-    if exact is not None and gguf_blocks.holds(qtype, state.bits, state.symmetric):
-        return gguf_blocks.pack(codes, scales, zeros, state.bits, state.group_size, qtype), qtype, None
-    weight = gguf_blocks.dequantized(codes, scales, zeros, state.group_size)
+    if rows is not None:
+        order = torch.from_numpy(rows)
+        state = QuantState(state.codes[order], state.scales[order], state.zeros[order], state.spec)
+    spec, columns = state.spec, state.shape[1]
+    exact = gguf_blocks.exact_type(spec.bits, spec.group_size, spec.symmetric, columns)
+    qtype = want or exact or (gguf_blocks.Q8_0 if spec.bits > 4 else
+                              gguf_blocks.Q4_0 if spec.symmetric else gguf_blocks.Q4_1)
+    if exact is not None and gguf_blocks.holds(qtype, spec.bits, spec.symmetric):
+        return gguf_blocks.pack(state.codes.numpy(), state.scales.numpy(), state.zeros.numpy(), spec.bits,
+                                spec.group_size, qtype), qtype, None
     if columns % gguf_blocks.BLOCK:
         raise ToolkitError(f"a linear with {columns} inputs cannot be written in {gguf_blocks.BLOCK}-input GGUF "
                            "blocks; export it with --type f16")
+    weight = dequantize(state).numpy()
     data = gguf_quants.quantize(weight, qtype)
     return data, qtype, _relative_error(gguf_quants.dequantize(data, qtype), weight)
 
@@ -193,6 +196,14 @@ def _tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
             continue
         seen.add(id(tensor))
         yield name, tensor.detach()
+
+
+def native_float(model: nn.Module) -> str:
+    """The float type a model's weights export in by default: BF16 for a bfloat16 model, else F16.
+
+    F16 may not hold a bfloat16 model's range.
+    """
+    return "bf16" if next(model.parameters()).dtype == torch.bfloat16 else "f16"
 
 
 @dataclass(frozen=True)
@@ -217,7 +228,7 @@ def _float_tensor(tensor: torch.Tensor, arch: str, name: str, rows: np.ndarray |
     return float_data(weight, qtype), qtype
 
 
-def _add_tensors(writer: GGUFWriter, model: nn.Module, states: dict[str, gguf_blocks.GridCodes], types: ExportTypes,
+def _add_tensors(writer: GGUFWriter, model: nn.Module, states: dict[str, QuantState], types: ExportTypes,
                  report: ExportReport, progress: Callable[[str], None] | None) -> GGMLQuantizationType:
     """Every weight of ``model`` into ``writer``; returns the type of the linears (the file's type)."""
     config = _config(model)
@@ -247,7 +258,7 @@ def _add_tensors(writer: GGUFWriter, model: nn.Module, states: dict[str, gguf_bl
     return main_type
 
 
-def export_gguf(model: nn.Module, states: dict[str, gguf_blocks.GridCodes], source: Path, out: Path,
+def export_gguf(model: nn.Module, states: dict[str, QuantState], source: Path, out: Path,
                 types: ExportTypes = ExportTypes(), progress: Callable[[str], None] | None = None) -> ExportReport:
     """Write ``model`` as GGUF ``out`` with the metadata of ``source`` (see the module docstring).
 

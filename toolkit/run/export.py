@@ -119,29 +119,24 @@ def check_export(config: ExportConfig) -> ExportPlan:
 
 def _states(record: RunRecord) -> dict[str, Any]:
     """The run's stored quantization states by weight name (``model.layers.3.mlp.up_proj.weight``)."""
-    from toolkit.models.gguf_blocks import GridCodes
+    import torch
+
+    from toolkit.methods.quant_grid import QuantState
+    from toolkit.spec.compression import QuantSpec
 
     states = {}
     for layer, name in record.quant_names():
         stored = record.load_quant(layer, name)
-        states[f"model.layers.{layer}.{name}.weight"] = GridCodes(stored.codes, stored.scales, stored.zeros,
-                                                                  stored.bits, stored.group_size, stored.symmetric)
+        spec = QuantSpec(bits=stored.bits, group_size=stored.group_size, symmetric=stored.symmetric)
+        states[f"model.layers.{layer}.{name}.weight"] = QuantState(
+            torch.from_numpy(stored.codes), torch.from_numpy(stored.scales), torch.from_numpy(stored.zeros), spec)
     return states
-
-
-def float_type(config: ExportConfig, model_dtype: Any) -> str:
-    """The float type of the weights that are not block-quantized (``auto``: BF16 for a bf16 model, else F16)."""
-    import torch
-
-    if config.type in ("f32", "f16", "bf16"):
-        return config.type
-    return "bf16" if model_dtype == torch.bfloat16 else "f16"
 
 
 def export_run(config: ExportConfig, plan: ExportPlan | None = None,
                progress: Callable[[str], None] | None = None) -> Any:
     """Load the run's saved model and write the GGUF; returns the :class:`~toolkit.models.gguf_export.ExportReport`."""
-    from toolkit.models.gguf_export import ExportTypes, export_gguf
+    from toolkit.models.gguf_export import ExportTypes, export_gguf, native_float
     from toolkit.models.load import load_model
 
     plan = plan or check_export(config)
@@ -154,5 +149,5 @@ def export_run(config: ExportConfig, plan: ExportPlan | None = None,
         raise ToolkitError(f"run {plan.record.run_id}: quantization states for weights the saved model does not have "
                            f"({missing[0]}, …); the run record and its model disagree")
     blocks = config.type if config.type in ("q4_0", "q4_1", "q8_0") else None
-    dtype = next(model.parameters()).dtype
-    return export_gguf(model, states, plan.source, plan.out, ExportTypes(float_type(config, dtype), blocks), progress)
+    floats = config.type if config.type in ("f32", "f16", "bf16") else native_float(model)
+    return export_gguf(model, states, plan.source, plan.out, ExportTypes(floats, blocks), progress)
