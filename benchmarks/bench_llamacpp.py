@@ -59,7 +59,7 @@ def _run_entry(run: Path, work: Path, windows: int, seqlen: int) -> Entry:
     report = export_run(config, check_export(config))
     label = f"{result['method']} {result['compression']['label']}"
     facts = {"method": result["method"], "compression": result["compression"]["label"], "run_dir": str(run),
-             "options": {k: v for k, v in result.get("options", {}).items()},
+             "options": dict(result.get("options", {})),
              "ppl_prunelab": result["ppl"].get("wiki"), "solve_seconds": round(result["prune_seconds"], 2),
              "gguf_types": report.types, "exact_linears": report.exact,
              "requant_error_max": report.requant_error(), "export_seconds": round(time.perf_counter() - start, 2)}
