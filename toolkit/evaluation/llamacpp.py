@@ -16,6 +16,7 @@ float GGUF for the head-to-head with PruneLab's grids.
 
 from __future__ import annotations
 
+import importlib
 import statistics
 import time
 from dataclasses import dataclass
@@ -35,10 +36,9 @@ FTYPES = {"q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1", 
 def llama_cpp() -> Any:
     """The ``llama_cpp`` module, or one line saying how to install it."""
     try:
-        import llama_cpp as module
+        return importlib.import_module("llama_cpp")  # an optional extra: not installed by `make setup`
     except ImportError:
         raise ToolkitError(INSTALL) from None
-    return module
 
 
 @dataclass(frozen=True)
