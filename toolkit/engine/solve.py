@@ -47,7 +47,7 @@ def prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str], 
 
 
 def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str], stats: LinearStats) -> None:
-    if run.spec.group_fn is not None:
+    if run.spec.group_fn is not None and run.fold:  # a scale shared by the group: every weight at once
         _solve_group_at_once(run, linears, group, stats)
         return
     index = run.layer
@@ -70,7 +70,7 @@ def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str],
 
 
 def _solve_group_at_once(run: RunState, linears: dict[str, nn.Module], group: list[str], stats: LinearStats) -> None:
-    """A method that solves a group at once (``MethodSpec.group_fn``): every weight in, every result written.
+    """Solve a group at once (``MethodSpec.group_fn``, a run that folds shared input scales) and write every result.
 
     The solve's seconds are shared out evenly among the group's linears in their reports.
     """
