@@ -163,6 +163,9 @@ class MethodSpec:
     # True when ``fn`` never writes into the W it is given: the engine then hands it the layer's weight itself
     # instead of a copy (one (out, in) float32 tensor less at the host peak of a 7B layer)
     reads_weight_only: bool = False
+    # True when ``fn`` reads the weight alone (magnitude, RTN): the engine then skips capture, statistics and
+    # propagation (toolkit/engine/data_free.py) and hands it empty statistics
+    data_free: bool = False
     # (compression, config) → a one-line ToolkitError where an option does not fit the run; called before the
     # model loads (toolkit.run.config), as check() is
     config_check: Callable[[Any, Any], None] | None = None

@@ -167,7 +167,9 @@ def prepare(config: RunConfig) -> Prepared:
         check_savable(loaded.model, config.quant)
     bos = bos_id(loaded)
     calib = CalibSpec(config.calib, config.nsamples, config.seqlen, config.seed)
-    calibration = calibration_windows(load_tokens(config.calib, "train", loaded.codec, config.encoding), calib, bos)
+    used = config.uses_calibration()  # a data-free run reads no calibration text at all
+    calibration = calibration_windows(load_tokens(config.calib, "train", loaded.codec, config.encoding), calib, bos) \
+        if used else torch.empty(0, config.seqlen, dtype=torch.long)
     test = None
     if config.eval_data:
         test = eval_windows(load_tokens(config.eval_data, "test", loaded.codec, config.encoding), config.eval_seqlen,
@@ -176,7 +178,8 @@ def prepare(config: RunConfig) -> Prepared:
         "model_label": loaded.label,
         "threads": torch.get_num_threads(),
         "calibration": {"source": calib.source, "split": "train", "nsamples": calib.num_samples,
-                        "seqlen": calib.seq_len, "seed": calib.seed, "tokens": int(calibration.numel())},
+                        "seqlen": calib.seq_len, "seed": calib.seed, "tokens": int(calibration.numel()),
+                        "used": used},
         "evaluation": None if test is None else {
             "dataset": config.eval_data, "split": "test", "seqlen": config.eval_seqlen,
             "windows": int(test.shape[0]), "tokens": int(test.numel()), "all_windows": config.eval_windows is None},
@@ -190,10 +193,19 @@ def prepare(config: RunConfig) -> Prepared:
                     streamed, note)
 
 
+def calibration_note(config: RunConfig) -> str:
+    """One line when the run computes no calibration input (a data-free method), naming what it ignores; else ""."""
+    if config.uses_calibration():
+        return ""
+    given = f" (--calib {config.calib} is not used)" if config.calib != RunConfig.calib else ""
+    return (f"no calibration: {config.method} reads the weights alone, so no calibration input is computed (capture, "
+            f"statistics and propagation skipped; the per-layer figure is the weight error ‖ΔW‖/‖W‖){given}")
+
+
 def engine_config(config: RunConfig) -> EngineConfig:
     """The engine options of a :class:`toolkit.api.RunConfig`."""
-    same = ("propagate", "sequential", "batch_size", "device", "fused", "error_windows", "error", "devices",
-            "forward_dtype", "distributed")  # RunConfig's fields of the same names
+    same = ("propagate", "sequential", "batch_size", "device", "fused", "error_windows", "error", "calibrate",
+            "devices", "forward_dtype", "distributed")  # RunConfig's fields of the same names
     return EngineConfig(**{name: getattr(config, name) for name in same},
                         allocation=parse_allocation(config.allocation), refine=parse_refine(config.refine))
 
@@ -229,7 +241,7 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
     stage.name = "dense evaluation"
     dense_ppl, dense_cached = _dense_eval(config, run, record, ticks)
     dense = _dense_extras(config, run, record, ticks)
-    price = dense_price(model, run.device, run.calibration[0], shrinks=run.spec.scope is Scope.BLOCK,  # before pruning
+    price = dense_price(model, run.device, run.calibration[:1], shrinks=run.spec.scope is Scope.BLOCK,  # before pruning
                         progress=ticks.callback("dense", "speed"))
     stage.name = "compression"
     before = linear_shapes(model)
