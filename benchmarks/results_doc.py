@@ -17,6 +17,7 @@ from pathlib import Path
 from benchmarks.results_allocation import ALLOCATION_SECTIONS
 from benchmarks.results_awp_step import AWP_STEP_SECTIONS
 from benchmarks.results_depth import DEPTH_SECTIONS
+from benchmarks.results_engine import ENGINE_SECTIONS
 from benchmarks.results_frontier import FRONTIER_SECTIONS, draw_png
 from benchmarks.results_lesson_class import LESSON_CLASS_SECTIONS
 from benchmarks.results_llamacpp import LLAMACPP_SECTIONS, draw_pngs
@@ -293,6 +294,7 @@ python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four run
         "--out benchmarks/results/dashboard_smollm2.json",
     ),
     *SCALE_SECTIONS,
+    *ENGINE_SECTIONS,
     *ALLOCATION_SECTIONS,
     *PRESET_SECTIONS,
     *DEPTH_SECTIONS,
