@@ -4,8 +4,9 @@ Such a method (``MethodSpec.data_free``) needs no capture of layer 0's inputs, n
 propagation: each linear of each decoder layer is solved from its weight alone and written back
 through the journal, as the calibrated path writes it. The per-layer output error
 ‖f̂(x) − f(x)‖/‖f(x)‖ needs inputs, so it is not measured (every ``LayerDone`` carries None and the
-views say "no calibration"); each linear's report keeps what needs no data: its sparsity, and for a
-quantized run its bits and the weight-space error ‖Ŵ − W‖/‖W‖ of the kept weights (``quant_rel_error``).
+views say "no calibration"); each linear's report keeps what needs no data: its sparsity, its bits when
+quantized, and the weight error ‖Ŵ − W‖_F/‖W‖_F (``SublayerPruned.weight_rel_error``, which the heat-map
+and the CLI table draw in place of the output-weighted ‖ΔW X‖/‖W X‖).
 
 ``calibrate="always"`` (``--calibrate always``) runs the calibrated path anyway, for the output errors (the
 Lesson compares them across methods). Options that read the calibration activations put a run back on it too:
