@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from app.views import result_markdown
 from toolkit.cli.main import main
 from toolkit.data.text import CalibSpec, calibration_windows
 from toolkit.engine.data_free import needs_calibration
@@ -106,6 +107,7 @@ def test_a_data_free_run_reads_no_calibration_text_and_says_so(tmp_path: Path,
     heatmap = figure(view, "heatmap")
     assert heatmap.layout.title.text.startswith(WEIGHT_ERROR_TITLE) and heatmap.data[0].z[0][0] is not None
     assert [a.text for a in figure(view, "layers").layout.annotations] == [NO_CALIBRATION]
+    assert "No calibration: magnitude reads the weights alone" in result_markdown(view)  # the app's result card
 
 
 def test_a_calibrated_method_still_reads_its_calibration(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -179,7 +179,7 @@ def prepare(config: RunConfig) -> Prepared:
         "threads": torch.get_num_threads(),
         "calibration": {"source": calib.source, "split": "train", "nsamples": calib.num_samples,
                         "seqlen": calib.seq_len, "seed": calib.seed, "tokens": int(calibration.numel()),
-                        "used": used},
+                        **({} if used else {"used": False})},  # calibrated runs' protocol as it always was
         "evaluation": None if test is None else {
             "dataset": config.eval_data, "split": "test", "seqlen": config.eval_seqlen,
             "windows": int(test.shape[0]), "tokens": int(test.numel()), "all_windows": config.eval_windows is None},
