@@ -289,8 +289,7 @@ def _prune(args: argparse.Namespace) -> int:
 def _prune_here(config: Any, json_path: str | None, start: str, not_saved: str = "") -> int:
     """Print ``start`` (the protocol line), run with progress bars, then the tables and the summary."""
     from toolkit.api import prune_model
-    from toolkit.cli.view import ProgressView, layer_table, summary, write_json
-    from toolkit.run.pipeline import calibration_note
+    from toolkit.cli.view import ProgressView, calibration_note, layer_table, summary, write_json
 
     print(start, flush=True)  # before any work: which protocol, its sizes, the other one
     note = calibration_note(config)

@@ -318,6 +318,15 @@ def precision_summary(result: dict[str, Any]) -> None:
         print(line)
 
 
+def calibration_note(config: Any) -> str:
+    """One line when the run computes no calibration input (a data-free method), naming what it ignores; else ""."""
+    if config.uses_calibration():
+        return ""
+    given = f" (--calib {config.calib} is not used)" if config.calib != type(config).calib else ""
+    return (f"no calibration: {config.method} reads the weights alone, so no calibration input is computed (capture, "
+            f"statistics and propagation skipped; the per-layer figure is the weight error ‖ΔW‖/‖W‖){given}")
+
+
 def layer_error_line(result: dict[str, Any]) -> str:
     """The layer output error in one line: its mean and sample, or that it was not measured ("" in older records)."""
     record = result.get("layer_error") or {}

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from toolkit.data.text import CalibSpec, calibration_windows, eval_windows, load_tokens
+from toolkit.data.text import eval_windows, load_tokens
 from toolkit.engine.block.driver import check_block_budget
 from toolkit.engine.device_report import devices_label, gpu_peak_mb, reset_gpu_peak, used_devices
 from toolkit.engine.parallel import resolve_devices
@@ -37,6 +37,7 @@ from toolkit.models.stream import StreamedModel, open_streamed
 from toolkit.models.stream_quant import streamed_report
 from toolkit.run.accounting import Accounting, account, folder_bytes, linear_shapes
 from toolkit.run.bought import DensePrice, bought, dense_price, measures_speed
+from toolkit.run.calibration import calibration_of
 from toolkit.run.checks import check_context
 from toolkit.run.config import CancelToken, RunConfig
 from toolkit.run.evals import (
@@ -166,10 +167,7 @@ def prepare(config: RunConfig) -> Prepared:
     if config.save_model and config.quant is not None:
         check_savable(loaded.model, config.quant)
     bos = bos_id(loaded)
-    calib = CalibSpec(config.calib, config.nsamples, config.seqlen, config.seed)
-    used = config.uses_calibration()  # a data-free run reads no calibration text at all
-    calibration = calibration_windows(load_tokens(config.calib, "train", loaded.codec, config.encoding), calib, bos) \
-        if used else torch.empty(0, config.seqlen, dtype=torch.long)
+    calibration, calibrated = calibration_of(config, loaded.codec, bos)  # none read by a data-free run
     test = None
     if config.eval_data:
         test = eval_windows(load_tokens(config.eval_data, "test", loaded.codec, config.encoding), config.eval_seqlen,
@@ -177,9 +175,7 @@ def prepare(config: RunConfig) -> Prepared:
     protocol = {
         "model_label": loaded.label,
         "threads": torch.get_num_threads(),
-        "calibration": {"source": calib.source, "split": "train", "nsamples": calib.num_samples,
-                        "seqlen": calib.seq_len, "seed": calib.seed, "tokens": int(calibration.numel()),
-                        **({} if used else {"used": False})},  # calibrated runs' protocol as it always was
+        "calibration": calibrated,
         "evaluation": None if test is None else {
             "dataset": config.eval_data, "split": "test", "seqlen": config.eval_seqlen,
             "windows": int(test.shape[0]), "tokens": int(test.numel()), "all_windows": config.eval_windows is None},
@@ -191,15 +187,6 @@ def prepare(config: RunConfig) -> Prepared:
         check_streamable(spec, engine_cfg)
     return Prepared(config, spec, method_cfg, engine_cfg, device, loaded, linears, calibration, test, protocol, tasks,
                     streamed, note)
-
-
-def calibration_note(config: RunConfig) -> str:
-    """One line when the run computes no calibration input (a data-free method), naming what it ignores; else ""."""
-    if config.uses_calibration():
-        return ""
-    given = f" (--calib {config.calib} is not used)" if config.calib != RunConfig.calib else ""
-    return (f"no calibration: {config.method} reads the weights alone, so no calibration input is computed (capture, "
-            f"statistics and propagation skipped; the per-layer figure is the weight error ‖ΔW‖/‖W‖){given}")
 
 
 def engine_config(config: RunConfig) -> EngineConfig:
