@@ -65,3 +65,20 @@ def test_the_committed_figures_exist() -> None:
     for path in sorted(results_llamacpp.RESULTS.glob(results_llamacpp.FILES)):
         model = json.loads(path.read_text(encoding="utf-8").splitlines()[0])["model"]
         assert results_llamacpp.png_path(model).exists(), f"run python -m benchmarks.results_doc ({model})"
+
+
+def test_a_chained_run_is_labelled_with_its_parents_and_options(tmp_path: Path) -> None:
+    from benchmarks.bench_llamacpp import _chain_label
+
+    def run(name: str, method: str, label: str, model: str, options: dict) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "result.json").write_text(json.dumps({"method": method, "compression": {"label": label},
+                                                        "model": model}))
+        (folder / "config.json").write_text(json.dumps({"options": options}))
+        return folder
+
+    parent = run("a", "numerical", "structured:20%", "smollm2-135m", {"uniform": True, "channel_multiple": 32})
+    child = run("b", "gptq", "int4:g32:sym", str(parent), {})
+    assert _chain_label(parent) == "numerical structured:20% (channel_multiple=32, uniform=True)"
+    assert _chain_label(child) == "numerical structured:20% (channel_multiple=32, uniform=True) → gptq int4:g32:sym"
