@@ -48,6 +48,7 @@ FINDINGS: tuple[tuple[str, str, str], ...] = (
     ("SparseGPT against Wanda at 50 %", "sparsegpt@50%", "wanda@50%"),
     ("Thanos against SparseGPT at 50 %", "thanos@50%", "sparsegpt@50%"),
     ("FISTAPruner against Thanos at 50 %", "fista@50%", "thanos@50%"),
+    ("ALPS against FISTAPruner at 50 %", "alps@50%", "fista@50%"),
     ("Thanos against SparseGPT at 2:4", "thanos@2:4", "sparsegpt@2:4"),
     ("SparseGPT against Wanda at 60 %", "sparsegpt@60%", "wanda@60%"),
     ("Thanos against SparseGPT at 60 %", "thanos@60%", "sparsegpt@60%"),
