@@ -95,7 +95,10 @@ def result_markdown(view: RunView) -> str:
              f"| ran on · GPU memory peak | | {view.devices or view.device} · {_gpu_peak(view.gpu_peak_mb)} |"]
     lines += accuracy_lines(view)
     calibration = view.protocol.get("calibration") or {}
-    if calibration:
+    if calibration.get("used") is False:  # a data-free method: no text was read
+        lines.append(f"\nNo calibration: {view.method} reads the weights alone · device {view.device} · "
+                     f"run `{view.run_id}`")
+    elif calibration:
         lines.append(f"\nCalibration: {calibration.get('nsamples')} × {calibration.get('seqlen')} tokens of "
                      f"{calibration.get('source')} (seed {calibration.get('seed')}) · device {view.device} · "
                      f"run `{view.run_id}`")

@@ -57,13 +57,25 @@ def _run_entry(run: Path, work: Path, windows: int, seqlen: int) -> Entry:
     config = ExportConfig(run_dir=str(run), out=str(work / f"{run.name}.gguf"), force=True)
     start = time.perf_counter()
     report = export_run(config, check_export(config))
-    label = f"{result['method']} {result['compression']['label']}"
+    label = _chain_label(run)
     facts = {"method": result["method"], "compression": result["compression"]["label"], "run_dir": str(run),
              "options": dict(result.get("options", {})),
              "ppl_prunelab": result["ppl"].get("wiki"), "solve_seconds": round(result["prune_seconds"], 2),
              "gguf_types": report.types, "exact_linears": report.exact,
              "requant_error_max": report.requant_error(), "export_seconds": round(time.perf_counter() - start, 2)}
     return Entry(label, "prunelab", report.path, facts)
+
+
+def _chain_label(run: Path, depth: int = 0) -> str:
+    """``method compression (options set)`` of a run, after its parent's when it compressed another run's model."""
+    result = json.loads((run / "result.json").read_text())
+    config = json.loads((run / "config.json").read_text()) if (run / "config.json").is_file() else {}
+    chosen = ", ".join(f"{key}={value}" for key, value in sorted((config.get("options") or {}).items()))
+    own = f"{result['method']} {result['compression']['label']}" + (f" ({chosen})" if chosen else "")
+    parent = Path(str(result.get("model", "")))
+    if depth < 8 and (parent / "result.json").is_file():
+        return f"{_chain_label(parent, depth + 1)} → {own}"
+    return own
 
 
 def _dense_entries(model: str, work: Path, quantizers: list[str], threads: int) -> tuple[list[Entry], Any]:

@@ -75,6 +75,8 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto", help="storage dtype: auto | float32 | bfloat16 | float16")
     parser.add_argument("--forward-dtype", default="auto", help="the layers' passes: auto | fp32 | bf16")
+    parser.add_argument("--calibrate", default="auto", help="auto | always: a data-free method's calibration pass "
+                        "skipped (auto) or run anyway (always, the path before data-free runs existed)")
     parser.add_argument("--out", default="runs")
     parser.add_argument("--json", default=None, help="also append the objects to this JSON-lines file")
     args = parser.parse_args()
@@ -86,7 +88,8 @@ def main() -> None:
                            nsamples=args.nsamples, seqlen=args.seqlen, seed=args.seed, eval_seqlen=args.eval_seqlen,
                            eval_windows=args.eval_windows, eval_data=None if args.no_eval else "wiki",
                            eval_dense=not (args.no_eval or args.no_dense), device=args.device, propagate=args.propagate,
-                           out_dir=args.out, dtype=args.dtype, forward_dtype=args.forward_dtype)
+                           out_dir=args.out, dtype=args.dtype, forward_dtype=args.forward_dtype,
+                           calibrate=args.calibrate)
         start = Clock.now()
         result = prune_model(config)
         end = Clock.now()
@@ -94,7 +97,8 @@ def main() -> None:
             "benchmark": "prune", "run": spec, "model": result["model"], "method": method, "sparsity": sparsity,
             "options": options, "quant": fields["quant"], "unit": fields["unit"],
             "permute": permute,
-            "propagate": result["engine"]["propagate"],
+            "propagate": result["engine"]["propagate"], "calibrate": args.calibrate,
+            "calibration_used": result["protocol"]["calibration"].get("used", True),
             "achieved_sparsity": result["achieved_sparsity"],
             "ppl": result["ppl"], "dense_ppl": result["dense_ppl"], "prune_seconds": round(result["prune_seconds"], 2),
             "total_seconds": round(end.wall - start.wall, 2), **end.since(start),

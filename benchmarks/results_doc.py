@@ -17,9 +17,10 @@ from pathlib import Path
 from benchmarks.results_allocation import ALLOCATION_SECTIONS
 from benchmarks.results_awp_step import AWP_STEP_SECTIONS
 from benchmarks.results_depth import DEPTH_SECTIONS
+from benchmarks.results_engine import ENGINE_SECTIONS
 from benchmarks.results_frontier import FRONTIER_SECTIONS, draw_png
 from benchmarks.results_lesson_class import LESSON_CLASS_SECTIONS
-from benchmarks.results_llamacpp import LLAMACPP_SECTIONS
+from benchmarks.results_llamacpp import LLAMACPP_SECTIONS, draw_pngs
 from benchmarks.results_models import MODELS_SECTIONS
 from benchmarks.results_oneshot import ONESHOT_SECTIONS
 from benchmarks.results_permute import PERMUTE_SECTIONS
@@ -293,6 +294,7 @@ python -m benchmarks.bench_lesson --runs runs     # the Lesson with its four run
         "--out benchmarks/results/dashboard_smollm2.json",
     ),
     *SCALE_SECTIONS,
+    *ENGINE_SECTIONS,
     *ALLOCATION_SECTIONS,
     *PRESET_SECTIONS,
     *DEPTH_SECTIONS,
@@ -418,8 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     PAGE.write_text(page, encoding="utf-8")
     print(f"wrote {rel(PAGE)}")
     drawn = draw_png()  # the frontier section's figure, when it has records
-    if drawn is not None:
-        print(f"wrote {rel(drawn)}")
+    for path in ([drawn] if drawn is not None else []) + draw_pngs():  # and the served frontier's, per model
+        print(f"wrote {rel(path)}")
     return 0
 
 

@@ -134,7 +134,9 @@ def render_frontier(paths: list[Path]) -> Lines:
     figure = f"![perplexity against decode speed relative to dense, marker area ∝ bytes]({PNG.name})"
     return [*table_lines(HEADER, rows), "", *verdict(points), "", _speed_protocol(records), *_spread(records), "",
             "INT4 checkpoints are stored pack-quantized (compressed-tensors) and dequantized to float32 when "
-            "plain transformers loads them on a CPU: they are smaller on disk, not faster. A recovery is "
+            "plain transformers loads them on a CPU: they are smaller on disk, not faster here. Exported to GGUF and "
+            "served by llama.cpp, where 4-bit blocks are the fast path, they decode faster too: the section "
+            "*Served by llama.cpp* gives that frontier, measured by llama.cpp, with its figures. A recovery is "
             "`python -m toolkit recover RUN --loss kd|lm` with its defaults (40 steps of a LoRA, about 512 "
             "tokens a step, drawn from the calibration text: the wiki train split, the domain of the test "
             "split the perplexity is measured on). `benchmarks/frontier.sh` lists every command.", "",

@@ -47,10 +47,15 @@ FINDINGS: tuple[tuple[str, str, str], ...] = (
     ("AWP from GPTQ's solution with nearest grids against AWP's default at INT4", AWP_GPTQ, "awp@int4"),
     ("SparseGPT against Wanda at 50 %", "sparsegpt@50%", "wanda@50%"),
     ("Thanos against SparseGPT at 50 %", "thanos@50%", "sparsegpt@50%"),
+    ("FISTAPruner against Thanos at 50 %", "fista@50%", "thanos@50%"),
+    ("ALPS against FISTAPruner at 50 %", "alps@50%", "fista@50%"),
+    ("Thanos against SparseGPT at 2:4", "thanos@2:4", "sparsegpt@2:4"),
     ("SparseGPT against Wanda at 60 %", "sparsegpt@60%", "wanda@60%"),
     ("Thanos against SparseGPT at 60 %", "thanos@60%", "sparsegpt@60%"),
     ("`--permute` on Wanda 2:4", "wanda@2:4 +permute", "wanda@2:4"),
     ("`--permute` on SparseGPT 2:4", "sparsegpt@2:4 +permute", "sparsegpt@2:4"),
+    ("GPTQ against RTN at INT3", "gptq@int3", "rtn@int3"),
+    ("AWQ against GPTQ at INT3", "awq@int3", "gptq@int3"),
 )
 
 

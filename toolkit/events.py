@@ -61,7 +61,8 @@ class SublayerPruned(Event):
     quantized); ``quant_rel_error`` = ‖(Ŵ − W)⊙M‖_F/‖W⊙M‖_F, the relative change of the kept
     weights (the grid's rounding plus any update the solver made; nan when not quantized).
     ``params_before``/``params_after``: weights of the linear before and after (equal for a
-    linear-scope method; None in schema-1 runs).
+    linear-scope method; None in schema-1 runs). ``weight_rel_error`` = ‖Ŵ − W‖_F/‖W‖_F, set by a data-free
+    run (no calibration input: ``rel_error`` nan), nan otherwise.
     """
 
     kind: ClassVar[str] = "SublayerPruned"
@@ -78,6 +79,7 @@ class SublayerPruned(Event):
     quant_rel_error: float = math.nan
     params_before: int | None = None
     params_after: int | None = None
+    weight_rel_error: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from toolkit.store.runs import RunRecord, list_runs
 
 TINY = ["--model", "tiny-llama", "--nsamples", "6", "--seqlen", "64", "--eval", "none", "--error-windows", "2"]
 NOT_DRAWN = "not measured, the run used --error none"
+OVERLAY_NOT_DRAWN = "not measured (--error none, or a data-free method that runs no calibration)"
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +91,9 @@ def test_the_comparison_overlay_names_the_run_it_does_not_draw(runs: dict[str, R
     fig = layer_overlay_figure(both, "layer_error")
     assert len(fig.data) == 1 and fig.data[0].name == both[0]["name"]
     (text,) = [a.text for a in fig.layout.annotations]
-    assert both[1]["name"] in text and NOT_DRAWN in text
+    assert both[1]["name"] in text and OVERLAY_NOT_DRAWN in text
     alone = layer_overlay_figure(overlay_runs([runs["none"]]), "layer_error")
-    assert not alone.data and NOT_DRAWN in alone.layout.annotations[0].text
+    assert not alone.data and OVERLAY_NOT_DRAWN in alone.layout.annotations[0].text
 
 
 def test_the_lesson_figure_names_the_run_it_does_not_draw() -> None:

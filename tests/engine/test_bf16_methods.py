@@ -177,7 +177,7 @@ def _measure(case: Case, label: str, fp32: Compressed, bf16: Compressed, held: T
         measured["dequant"] = max(dequantized_gaps(fp32, bf16).values())
     if fp32.structure:
         measured["channels"] = sum(len(a[1] ^ b[1]) for a, b in zip(kept_units(fp32), kept_units(bf16), strict=True))
-    if fp32.result.layers:
+    if fp32.result.layers and fp32.result.layers[0]["rel_error"] is not None:  # data-free runs measure none
         measured["rel_error"] = max(rel_error_gaps(fp32, bf16))
         measured["mean_rel_error"] = mean_rel_error_gap(fp32, bf16)
     nll32, nll16 = mean_nll(fp32.model, held), mean_nll(bf16.model, held)

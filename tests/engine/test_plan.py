@@ -112,3 +112,18 @@ def test_budget_at_most_holds_under_uniform_counts_too() -> None:
     for ratio in (0.02, 0.1, 0.2, 0.25, 0.35, 0.4, 0.5, 0.6):
         plan = allocate(layers, ratio, Unit.HEADS_CHANNELS, BlockConfig(uniform=True, budget="at_most"))
         assert plan.removed_cost <= ratio * plan.total_cost, ratio
+
+
+def test_channel_multiple_rounds_the_uniform_width_kept() -> None:
+    torch.manual_seed(0)
+    layers = [_layer(torch.rand(4).tolist(), torch.rand(100).tolist(), head_cost=40, channel_cost=3) for _ in range(3)]
+    plain = allocate(layers, 0.3, Unit.HEADS_CHANNELS, BlockConfig(uniform=True))
+    rounded = allocate(layers, 0.3, Unit.HEADS_CHANNELS, BlockConfig(uniform=True, channel_multiple=16))
+    kept = {int(mask.sum()) for mask in rounded.keep_channels}
+    assert len(kept) == 1 and next(iter(kept)) % 16 == 0
+    assert abs(next(iter(kept)) - int(plain.keep_channels[0].sum())) <= 8  # the nearest multiple of the plan's
+    at_most = allocate(layers, 0.3, Unit.HEADS_CHANNELS, BlockConfig(uniform=True, budget="at_most",
+                                                                     channel_multiple=16))
+    assert int(at_most.keep_channels[0].sum()) % 16 == 0 and at_most.removed_cost <= 0.3 * at_most.total_cost + 1e-9
+    with pytest.raises(ToolkitError, match="add --set uniform=true"):
+        BlockConfig(channel_multiple=32)

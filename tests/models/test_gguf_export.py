@@ -15,7 +15,7 @@ from tests.helpers.gguf_source import write_source
 from toolkit.errors import ToolkitError
 from toolkit.methods.quant_grid import QuantState, dequantize, quantize
 from toolkit.models.gguf_cache import layer_types
-from toolkit.models.gguf_export import ExportTypes, export_gguf, head_rows
+from toolkit.models.gguf_export import ExportTypes, export_gguf, head_rows, structure_overrides
 from toolkit.models.layers import decoder_layers, layer_linears
 from toolkit.models.load import load_model
 from toolkit.spec.compression import QuantSpec
@@ -108,6 +108,17 @@ def test_removed_layers_rewrite_the_layer_count_and_gemma_pattern(tmp_path: Path
     assert list(fields["gemma3.attention.sliding_window_pattern"].contents()) == [True, True, False]
     assert fields["general.name"].contents() == "tiny test source"  # the source's metadata carried over
     assert layer_types(tmp_path / "out.gguf") == model.config.layer_types  # what PruneLab's GGUF loader reads back
+
+
+def test_the_head_width_is_written_so_a_shrink_that_removed_heads_keeps_it() -> None:
+    """llama.cpp takes n_embd / n_head as the head width unless key_length says otherwise: a uniform shrink to
+    fewer heads (same hidden size) needs it written."""
+    config = _tiny("llama").config
+    config.num_attention_heads, config.num_key_value_heads = 2, 1  # as a shrink that removed heads leaves it
+    keys = structure_overrides("llama", config)
+    assert keys["llama.attention.head_count"][0] == 2
+    assert keys["llama.attention.key_length"][0] == keys["llama.attention.value_length"][0] == config.head_dim
+    assert config.hidden_size // 2 != config.head_dim  # what llama.cpp would have taken without it
 
 
 def test_q_k_permutation_is_llama_cpp_s() -> None:

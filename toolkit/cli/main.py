@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.cli.protocol import add_protocol_args
-from toolkit.engine.options import ERROR_MODES, FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL, STORAGE_DTYPES
+from toolkit.engine.options import CALIBRATE, ERROR_MODES, FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL, STORAGE_DTYPES
 from toolkit.errors import MachineFailure, RunCancelled, ToolkitError
 
 
@@ -84,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--error", default="sample", choices=ERROR_MODES,
                    help="the layer output error: measured on --error-windows windows (sample), or not at all (none: "
                         "no dense pass runs for it; the weights are the same)")
+    p.add_argument("--calibrate", default="auto", choices=CALIBRATE,
+                   help="auto: a data-free method (magnitude, rtn) reads the weights alone and runs no calibration "
+                        "pass (its per-layer figure is the weight error ‖ΔW‖/‖W‖); always: run the pass anyway, for "
+                        "the layer output errors")
     p.add_argument("--out", default=None, help="run store folder (default: runs); holds the run record, "
                    "not the model unless --save-model")
     p.add_argument("--save-model", action="store_true",
@@ -257,7 +261,8 @@ def _prune(args: argparse.Namespace) -> int:
         calib=args.calib, nsamples=sizes.nsamples, seqlen=sizes.seqlen, seed=args.seed, eval_data=eval_data,
         eval_seqlen=sizes.eval_seqlen, eval_windows=sizes.eval_windows, eval_dense=args.eval_dense,
         device=args.device, propagate=args.propagate, sequential=args.sequential, batch_size=args.batch_size,
-        fused=args.fused, error_windows=args.error_windows, error=args.error, devices=args.devices,
+        fused=args.fused, error_windows=args.error_windows, error=args.error, calibrate=args.calibrate,
+        devices=args.devices,
         forward_dtype=args.forward_dtype, dtype=args.dtype, stream=args.stream,
         distributed=args.distributed, dist_timeout=args.dist_timeout,
         out_dir=args.out or "runs", save_model=args.save_model, encoding=args.encoding,
@@ -284,9 +289,12 @@ def _prune(args: argparse.Namespace) -> int:
 def _prune_here(config: Any, json_path: str | None, start: str, not_saved: str = "") -> int:
     """Print ``start`` (the protocol line), run with progress bars, then the tables and the summary."""
     from toolkit.api import prune_model
-    from toolkit.cli.view import ProgressView, layer_table, summary, write_json
+    from toolkit.cli.view import ProgressView, calibration_note, layer_table, summary, write_json
 
     print(start, flush=True)  # before any work: which protocol, its sizes, the other one
+    note = calibration_note(config)
+    if note:
+        print(note, flush=True)
     view = ProgressView()
     try:
         result = prune_model(config, on_event=view.on_event)

@@ -65,7 +65,10 @@ class ProgressView:
         elif isinstance(event, LayerStarted):
             self._layer_bar(event.num_layers, 0).set_postfix_str(f"layer {event.layer}")
         elif isinstance(event, SublayerPruned) and self._layers is not None:
-            self._layers.set_postfix_str(f"layer {event.layer} {event.name} err {event.rel_error:.3f}")
+            what, error = ("err", event.rel_error) if math.isfinite(event.rel_error) else \
+                ("weight err", event.weight_rel_error)
+            self._layers.set_postfix_str(f"layer {event.layer} {event.name}" +
+                                         (f" {what} {error:.3f}" if math.isfinite(error) else ""))
         elif isinstance(event, LayerDone):
             if self._layers is None:  # no LayerStarted came first: this layer is done already
                 self._layer_bar(event.num_layers, 1)
@@ -143,6 +146,11 @@ def units_table(units: Sequence[UnitsRemoved]) -> str:
     return "\n".join(lines)
 
 
+def _finite(value: Any) -> float:
+    """A number from a result record (JSON null, a missing key → nan)."""
+    return float(value) if isinstance(value, int | float) else math.nan
+
+
 def layer_table(result: dict[str, Any], depth: DepthScored | None = None,
                 units: Sequence[UnitsRemoved] = ()) -> str:
     """A table with one row per decoder layer.
@@ -159,18 +167,26 @@ def layer_table(result: dict[str, Any], depth: DepthScored | None = None,
     sparsity: dict[int, list[float]] = defaultdict(list)
     bits: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (bits, weights) of each quantized linear
     names: list[str] = []
+    weight: dict[int, dict[str, float]] = defaultdict(dict)  # ‖ΔW‖/‖W‖ of a data-free run (no input to weigh it)
     for row in result["layers"]:
         short = row["name"].split(".")[-1]
         if short not in names:
             names.append(short)
-        by_layer[row["layer"]][short] = row["rel_error"]
+        by_layer[row["layer"]][short] = _finite(row.get("rel_error"))
+        weight[row["layer"]][short] = _finite(row.get("weight_rel_error"))
         sparsity[row["layer"]].append(row["sparsity"])
         if row.get("bits") is not None:
             bits[row["layer"]].append((row["bits"], math.prod(row.get("shape") or [1])))
     header = "layer " + " ".join(f"{n[:9]:>9}" for n in names) + "  sparsity" + ("  bits" if bits else "")
-    lines = ["relative reconstruction error ‖ΔW X‖/‖W X‖ per linear", header]
+    title = "relative reconstruction error ‖ΔW X‖/‖W X‖ per linear"
+    if by_layer and all(math.isnan(v) for row in by_layer.values() for v in row.values()):
+        if any(math.isfinite(v) for row in weight.values() for v in row.values()):
+            title, by_layer = "relative weight error ‖ΔW‖/‖W‖ per linear (no calibration data)", weight
+        else:
+            title = "per linear: no reconstruction error measured"
+    lines = [title, header]
     for layer in sorted(by_layer):
-        cells = " ".join(f"{by_layer[layer].get(n, float('nan')):>9.4f}" for n in names)
+        cells = " ".join(f"{by_layer[layer].get(n, math.nan):>9.4f}" for n in names)
         mean_bits = f"  {sum(b * n for b, n in bits[layer]) / sum(n for _, n in bits[layer]):.3f}" \
             if bits.get(layer) else ""  # the layer's bits per weight: the accounting's figure, per layer
         lines.append(f"{layer:>5} {cells}  {sum(sparsity[layer]) / len(sparsity[layer]):.4f}{mean_bits}")
@@ -302,13 +318,24 @@ def precision_summary(result: dict[str, Any]) -> None:
         print(line)
 
 
+def calibration_note(config: Any) -> str:
+    """One line when the run computes no calibration input (a data-free method), naming what it ignores; else ""."""
+    if config.uses_calibration():
+        return ""
+    given = f" (--calib {config.calib} is not used)" if config.calib != type(config).calib else ""
+    return (f"no calibration: {config.method} reads the weights alone, so no calibration input is computed (capture, "
+            f"statistics and propagation skipped; the per-layer figure is the weight error ‖ΔW‖/‖W‖){given}")
+
+
 def layer_error_line(result: dict[str, Any]) -> str:
     """The layer output error in one line: its mean and sample, or that it was not measured ("" in older records)."""
     record = result.get("layer_error") or {}
     if not record:
         return ""
     if not record.get("measured"):
-        return "layer output error: not measured (--error none)"
+        why = "no calibration: the method reads the weights alone" if record.get("mode") == "no calibration" \
+            else "--error none"
+        return f"layer output error: not measured ({why})"
     values = [v for v in record.get("per_layer") or [] if v is not None]
     if not values:
         return ""

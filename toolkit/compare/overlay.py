@@ -4,7 +4,8 @@ Per run: its name (:func:`toolkit.compare.names.run_names`), the configuration i
 that differ only in calibration seed (``group``), the same without the target (``series``: one
 curve over sparsity), its target's label and seed, the layer output error per decoder
 layer (``LayerDone.output_rel_error``, ‖Y* − Y‖/‖Y‖ of the pruned layer against the dense one on
-calibration inputs; ``layer_error_measured`` is False for a run made with ``--error none``), the
+calibration inputs; ``layer_error_measured`` is False for a run made with ``--error none`` or by a data-free
+method), the
 fraction of weights zeroed per layer (from the runs' ``SublayerPruned`` events, weighted by each
 linear's size), the achieved sparsity, perplexity (dense and pruned) and the mean zero-shot accuracy
 (dense and pruned) when tasks were scored.
@@ -55,7 +56,8 @@ def overlay_runs(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
         runs.append({"name": name, "group": run_name(record), "series": config_name(config, ""),
                      "target": record.label, "seed": config.get("seed"), "run_id": record.run_id,
                      "method": str(config.get("method", "?")), "layer_error": errors, "layer_sparsity": sparsity,
-                     "layer_error_measured": config.get("error", "sample") != "none",
+                     "layer_error_measured": (result.get("layer_error") or {}).get(
+                         "measured", config.get("error", "sample") != "none"),
                      "achieved_sparsity": _num(result.get("achieved_sparsity")),
                      "ppl": _num(ppl.get(data)), "dense_ppl": _num(dense.get(data)),
                      "accuracy": _num(mean.get("pruned")), "dense_accuracy": _num(mean.get("dense"))})

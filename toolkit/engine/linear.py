@@ -119,7 +119,7 @@ def _prune_layer(
         pruned, dense = fused_pass(run, layer, linears, inputs, groups)
         if run.fold:
             fold_layer(run, layer, linears, groups)
-        _layer_done(run, num_layers, _measured_error(run, [pruned], [] if dense is None else [dense]), t0)
+        layer_done(run, num_layers, _measured_error(run, [pruned], [] if dense is None else [dense]), t0)
         nxt = pruned if run.propagate == "pruned" or dense is None else dense  # dense: always run for propagate=dense
         return groups, inputs.next_layer([nxt])
     dense_copy = copy.deepcopy(layer) if run.needs_cross and run.sequential == "group" else None
@@ -138,7 +138,7 @@ def _prune_layer(
         fold_layer(run, layer, linears, groups)
     with run.timer.section("propagation"):
         pruned_out = [run_layer(layer, inputs, b) for b in range(len(inputs.hidden))]
-    _layer_done(run, num_layers, _measured_error(run, pruned_out, dense_out), t0)
+    layer_done(run, num_layers, _measured_error(run, pruned_out, dense_out), t0)
     nxt = pruned_out if run.propagate == "pruned" else dense_out
     return groups, inputs.next_layer(nxt)
 
@@ -204,7 +204,8 @@ def _output_error(pruned: list[Tensor], dense: list[Tensor]) -> float:
     return math.sqrt(num / den) if den > 0 else 0.0
 
 
-def _layer_done(run: RunState, num_layers: int, error: float | None, t0: float) -> None:
+def layer_done(run: RunState, num_layers: int, error: float | None, t0: float) -> None:
+    """Record the layer's output error (None: not measured) and emit LayerDone with its seconds since ``t0``."""
     if error is not None and not math.isfinite(error):
         raise NumericalError(f"layer {run.layer}: the pruned layer's outputs are not finite")
     run.result.layer_errors[run.layer] = error

@@ -8,4 +8,5 @@ FUSED = ("auto", "on", "off")  # sequential=group as one forward pass per layer 
 DEVICES_AUTO = "auto"  # parallel layer pruning on every GPU when there are several and inputs are dense
 FORWARD_DTYPES = ("auto", "fp32", "bf16")  # decoder-layer passes (auto: bf16 on GPUs); statistics stay float32
 STORAGE_DTYPES = ("auto", "float32", "bfloat16", "float16")  # the model on the host (auto: as the checkpoint)
+CALIBRATE = ("auto", "always")  # a data-free method (magnitude, RTN) skips the calibration path, or runs it anyway
 ERROR_MODES = ("sample", "none")  # the layer output error: on a sample of windows, or not measured (no pass for it)

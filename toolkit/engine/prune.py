@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from toolkit.engine.allocation import plan_allocation
 from toolkit.engine.block.driver import prune_blocks
 from toolkit.engine.capture import LayerInputs, capture_layer_inputs
+from toolkit.engine.data_free import needs_calibration, prune_without_data
 from toolkit.engine.linear import dense_next, on_device, prune_layer, use_fused
 from toolkit.engine.parallel import Lane, LayerSteps, prune_in_parallel, resolve_devices
 from toolkit.engine.phases import PhaseTimer
@@ -118,7 +119,10 @@ def prune_layers(  # noqa: PLR0913 - keyword-only sinks, each named for what it 
             run = RunState(spec, compression, method_cfg, cfg, resolve_device(cfg.device), emit, cancelled, journal,
                            on_mask, on_quant)
             set_precision(run, layers)
-            _prune_linears(run, model, windows)
+            if needs_calibration(spec, compression, cfg):
+                _prune_linears(run, model, windows)
+            else:  # magnitude, RTN: every linear from its weight alone, no input ever computed
+                prune_without_data(run, model)
             result = run.result
     except BaseException as exc:
         if cfg.restore_on_failure:

@@ -47,7 +47,7 @@ def prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str], 
 
 
 def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str], stats: LinearStats) -> None:
-    if run.spec.group_fn is not None:
+    if run.spec.group_fn is not None and run.fold:  # a scale shared by the group: every weight at once
         _solve_group_at_once(run, linears, group, stats)
         return
     index = run.layer
@@ -70,7 +70,7 @@ def _prune_group(run: RunState, linears: dict[str, nn.Module], group: list[str],
 
 
 def _solve_group_at_once(run: RunState, linears: dict[str, nn.Module], group: list[str], stats: LinearStats) -> None:
-    """A method that solves a group at once (``MethodSpec.group_fn``): every weight in, every result written.
+    """Solve a group at once (``MethodSpec.group_fn``, a run that folds shared input scales) and write every result.
 
     The solve's seconds are shared out evenly among the group's linears in their reports.
     """
@@ -185,12 +185,14 @@ def _report(run: RunState, solved: _Solved, stats: LinearStats) -> None:
         base = float(torch.linalg.vector_norm(W * keep))
         quant_error = float(torch.linalg.vector_norm((new - W).mul_(keep))) / base if base > 0 else 0.0
         run.result.quant[(index, name)] = result.quant.spec
-    with run.timer.section("error"):
-        rel, rel_dense = reconstruction_errors(W, new, stats)
+    with run.timer.section("error"):  # a data-free run has no statistics (count 0): its error is the weights'
+        rel, rel_dense = reconstruction_errors(W, new, stats) if stats.count else (math.nan, math.nan)
+        weight_rel = math.nan if stats.count else weight_error(W, new)
     event = SublayerPruned(
         layer=index, name=name, shape=list(W.shape), sparsity=1.0 - kept / numel,
         rel_error=rel, rel_error_dense=rel_dense, damping=result.damping, seconds=seconds,
         info=dict(result.info), bits=bits, quant_rel_error=quant_error, params_before=numel, params_after=numel,
+        weight_rel_error=weight_rel,
     )
     run.result.layers.append(event.to_dict())
     run.result.kept[(index, name)] = kept
@@ -201,6 +203,12 @@ def _report(run: RunState, solved: _Solved, stats: LinearStats) -> None:
         if run.fold:  # its input scale is folded when the layer is done (engine/fold.py)
             run.layer_states[name] = result.quant
     run.emit(event)
+
+
+def weight_error(W: Tensor, W_new: Tensor) -> float:
+    """‖Ŵ − W‖_F / ‖W‖_F: the error a data-free run can state (no inputs to weigh it with)."""
+    base = float(torch.linalg.vector_norm(W))
+    return float(torch.linalg.vector_norm(W_new - W)) / base if base > 0 else 0.0
 
 
 def reconstruction_errors(W: Tensor, W_new: Tensor, stats: LinearStats) -> tuple[float, float]:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from toolkit.engine.options import DEVICES_AUTO, ERROR_MODES, FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL
+from toolkit.engine.options import CALIBRATE, DEVICES_AUTO, ERROR_MODES, FORWARD_DTYPES, FUSED, PROPAGATE, SEQUENTIAL
 from toolkit.engine.phases import PhaseTimer
 from toolkit.engine.writeback import WriteBack
 from toolkit.errors import RunCancelled, ToolkitError
@@ -66,6 +66,7 @@ class EngineConfig:
     error_windows: int = 4  # windows behind the layer output error (all where the passes keep every dense output)
     # and behind the Gram of methods that need only column norms (Wanda): their rel_error is a sample
     error: str = "sample"  # "sample" | "none": the layer output error measured, or not (no pass runs for it)
+    calibrate: str = "auto"  # "auto": a data-free method computes no input (engine/data_free.py); "always": it does
     devices: str = DEVICES_AUTO  # layers pruned concurrently on these (needs propagate=dense); see parallel.py
     forward_dtype: str = "auto"  # "auto" | "fp32" | "bf16": the layers' passes (auto: bf16 on GPUs; stats float32)
     distributed: bool = False  # layers solved on the ranks of torch.distributed (see dist_engine.py)
@@ -89,6 +90,8 @@ class EngineConfig:
             raise ToolkitError("error_windows must be ≥ 1, fused_budget_mb and journal_budget_mb ≥ 0")
         if self.error not in ERROR_MODES:
             raise ToolkitError(f"error must be one of {ERROR_MODES}, got {self.error!r}")
+        if self.calibrate not in CALIBRATE:
+            raise ToolkitError(f"calibrate must be one of {CALIBRATE}, got {self.calibrate!r}")
 
 
 @dataclass

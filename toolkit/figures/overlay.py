@@ -66,7 +66,8 @@ def layer_overlay_figure(runs: Sequence[Mapping[str, Any]], metric: str = "layer
                      "x": list(range(len(ys))), "y": ys, "line": {"color": colour, "dash": dash},
                      "marker": {"size": 5, "color": colour}, "connectgaps": False,
                      "hovertemplate": f"{run['name']}<br>layer %{{x}}: %{{y:{fmt}}}<extra></extra>"})
-    skipped = f"layer output error not drawn for {', '.join(unmeasured)}: not measured, the run used --error none" \
+    skipped = f"layer output error not drawn for {', '.join(unmeasured)}: not measured (--error none, or a " \
+        "data-free method that runs no calibration)" \
         if unmeasured else ""
     if not data:
         return note_figure(title, skipped or "no per-layer record in these runs", HEIGHT, revision)

@@ -18,6 +18,7 @@ a second beside the pruning thread. The tests validate every builder's output in
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -129,6 +130,13 @@ def gaps(values: Sequence[Any]) -> list[float | None]:
 
 
 ERROR_NOT_MEASURED = "layer output error not drawn: not measured, the run used --error none"
+NO_CALIBRATION = "layer output error not drawn: no calibration data, the method reads the weights alone"
+WEIGHT_ERROR_TITLE = "relative weight error ‖ΔW‖/‖W‖ (no calibration data)"
+
+
+def error_not_measured(protocol: dict[str, Any]) -> str:
+    """Why a run has no layer output error: a data-free run (its protocol's calibration unused), or --error none."""
+    return NO_CALIBRATION if (protocol.get("calibration") or {}).get("used") is False else ERROR_NOT_MEASURED
 MAX_POINTS = 600  # a live trace is thinned to at most this many points: a redraw must stay cheap
 
 
@@ -161,10 +169,15 @@ def error_heatmap(
 
     Colour is log10(rel_error) on a fixed scale, ``bounds`` (default 1e-4…1, stated in the colour
     bar): a filled cell keeps its colour as the run goes, and two runs read the same by eye. Values
-    outside the bounds take the end colours; the hover gives the exact value. Cells not pruned yet
-    are empty; ``num_layers`` and ``linears`` (from RunStarted) lay the grid out before the first
+    outside the bounds take the end colours; the hover gives the exact value. A data-free run (no statistics:
+    every ``rel_error`` nan, ``weight_rel_error`` set) draws ‖ΔW‖/‖W‖ instead, under its own title.
+    Cells not pruned yet are empty; ``num_layers`` and ``linears`` (from RunStarted) lay the grid out before the first
     event arrives so it fills in place. The title counts the cells filled.
     """
+    if pruned and all(math.isfinite(_float(e.weight_rel_error)) and not math.isfinite(_float(e.rel_error))
+                      for e in pruned):
+        title = WEIGHT_ERROR_TITLE  # a data-free run: the error of the weights, which needs no inputs
+        pruned = [dataclasses.replace(e, rel_error=e.weight_rel_error) for e in pruned]
     matrix, columns = error_matrix(pruned, num_layers, linears)
     rows = len(matrix)
     height = heatmap_height(rows)
@@ -213,16 +226,17 @@ def _cell_text(event: SublayerPruned) -> str:
 
 
 def layer_error_figure(done: Sequence[LayerDone], *, num_layers: int = 0, revision: Any = None,
-                       height: int = HEIGHT) -> go.Figure:
+                       height: int = HEIGHT, why: str = ERROR_NOT_MEASURED) -> go.Figure:
     """Line of each decoder layer's output error ‖f̂(x) − f(x)‖/‖f(x)‖ against the dense layer.
 
-    A run that did not measure it (``--error none``: every LayerDone's error is None) gets a note saying so.
+    A run that did not measure it (every LayerDone's error is None) gets a note saying why: ``why``
+    (:func:`error_not_measured`: ``--error none``, or a data-free run that computed no inputs).
     """
     title = "layer output error vs dense"
     if not done and not num_layers:
         return note_figure(title, "waiting for the first finished layer", height, revision)
     if done and all(e.output_rel_error is None for e in done):
-        return note_figure(title, ERROR_NOT_MEASURED, height, revision)
+        return note_figure(title, why, height, revision)
     trace = {"type": "scatter", "mode": "lines+markers", "name": "output error", "x": [e.layer for e in done],
              "y": gaps([e.output_rel_error for e in done]), "customdata": gaps([e.seconds for e in done]),
              "hovertemplate": "layer %{x}<br>output rel. error %{y:.4f}<br>%{customdata:.2f} s<extra></extra>"}

@@ -33,7 +33,7 @@ linear its plain grid Q(W·diag s), which saves like any other state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -199,34 +199,45 @@ def group_scale(weights: dict[str, Tensor], stats: LinearStats, spec: QuantSpec,
     return search_scale(torch.cat(list(weights.values())), stats.gram, _activation(stats), spec, cfg.n_grid)
 
 
+def group_input_scale(weights: dict[str, Tensor], stats: LinearStats, spec: QuantSpec, cfg: AWQConfig,
+                      ctx: SolveContext) -> tuple[Tensor, float] | None:
+    """The group's shared (s, α*) (:func:`group_scale`), or None where the engine cannot fold one.
+
+    None (``ctx.foldable`` False: o_proj under grouped-query attention) means s = 1, clipping only, as llm-awq
+    does; said once, on the first layer.
+    """
+    if ctx.foldable:
+        return group_scale(weights, stats, spec, cfg)
+    if ctx.layer == 0:
+        ctx.warn(f"{', '.join(weights)}: the input scale cannot be folded into what feeds it (grouped-query "
+                 "attention: each value head feeds several query heads), so AWQ leaves it out here (s = 1, "
+                 "clipping only), as llm-awq does")
+    return None
+
+
+def grid_of(state: ScaledQuantState, scale: tuple[Tensor, float] | None) -> QuantState:
+    """The state the engine stores: scaled (s folded later) when the group has a scale, its plain grid when s = 1."""
+    return state if scale is not None else QuantState(state.codes, state.scales, state.zeros, state.spec)
+
+
 def quantize_group(weights: dict[str, Tensor], stats: LinearStats, target: Target | None, cfg: AWQConfig,
                    ctx: SolveContext) -> dict[str, PruneResult]:
-    """AWQ on every linear of a group at once (``MethodSpec.group_fn``).
+    """AWQ with ``scale=shared`` on every linear of a group at once (``MethodSpec.group_fn``).
 
-    ``scale=shared``: one s for all (s = 1 where the engine cannot fold it, ``ctx.foldable`` False: o_proj
-    under grouped-query attention, said once); ``scale=own``: each its own (:func:`quantize_linear`).
+    One s for all, searched on their stacked rows (:func:`group_input_scale`); the engine folds it into what
+    feeds the group when the layer is done. ``scale=own`` solves one linear at a time (:func:`quantize_linear`).
     """
-    if cfg.scale == "own":
-        return {name: quantize_linear(W, stats, target, cfg, replace(ctx, name=name)) for name, W in weights.items()}
     spec = quant_only(target, ctx, "awq")
     first = next(iter(weights.values())).to(SOLVER_DTYPE)
     stats = stats_on(checked_gram(first, stats, ctx, "awq"), stats)
     weights = {name: W.to(SOLVER_DTYPE) for name, W in weights.items()}
-    if ctx.foldable:
-        shared = group_scale(weights, stats, spec, cfg)
-    else:
-        shared = (torch.ones(first.shape[1], device=first.device), 0.0)
-        if ctx.layer == 0:
-            ctx.warn(f"{', '.join(weights)}: the input scale cannot be folded into what feeds it (grouped-query "
-                     "attention: each value head feeds several query heads), so AWQ leaves it out here (s = 1, "
-                     "clipping only), as llm-awq does")
+    shared = group_input_scale(weights, stats, spec, cfg, ctx)
     results = {}
     for name, W in weights.items():
-        state, info = awq_state(W, stats, spec, cfg, name, shared)
-        if not ctx.foldable:  # s = 1: a plain grid, nothing to fold
-            state = QuantState(state.codes, state.scales, state.zeros, spec)  # type: ignore[assignment]
-        results[name] = PruneResult(weight=effective_weight(state), keep_mask=all_kept(W), info=info | {
-            "scale": "shared" if ctx.foldable else "left out"}, quant=state)
+        state, info = awq_state(W, stats, spec, cfg, name, shared or (torch.ones(W.shape[1], device=W.device), 0.0))
+        grid = grid_of(state, shared)
+        results[name] = PruneResult(weight=effective_weight(grid), keep_mask=all_kept(W), info=info | {
+            "scale": "shared" if shared is not None else "left out"}, quant=grid)
     return results
 
 

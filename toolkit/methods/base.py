@@ -157,12 +157,15 @@ class MethodSpec:
     # config → True where the states do save after all (AWQ with scale=shared: the engine folds the shared input
     # scale of each group into what feeds it, toolkit/engine/fold.py); None: ``saves_quant`` alone decides
     savable: Callable[[Any], bool] | None = None
-    # solves a whole group at once (AWQ's shared input scale needs every weight of the group); None: one linear
-    # at a time through ``fn``
+    # solves a whole group at once (a shared input scale needs every weight of the group); the engine calls it
+    # when the run folds (``folds``), and ``fn`` one linear at a time otherwise
     group_fn: GroupFn | None = None
     # True when ``fn`` never writes into the W it is given: the engine then hands it the layer's weight itself
     # instead of a copy (one (out, in) float32 tensor less at the host peak of a 7B layer)
     reads_weight_only: bool = False
+    # True when ``fn`` reads the weight alone (magnitude, RTN): the engine then skips capture, statistics and
+    # propagation (toolkit/engine/data_free.py) and hands it empty statistics
+    data_free: bool = False
     # (compression, config) → a one-line ToolkitError where an option does not fit the run; called before the
     # model loads (toolkit.run.config), as check() is
     config_check: Callable[[Any, Any], None] | None = None

@@ -35,4 +35,5 @@ SPEC = MethodSpec(
     targets=structured_supported(),
     summary="smallest |W| per linear; data-free baseline",
     reads_weight_only=True,
+    data_free=True,
 )

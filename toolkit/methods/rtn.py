@@ -40,4 +40,5 @@ SPEC = MethodSpec(
     summary="round-to-nearest on the min-max grid of every group (no calibration)",
     produces=frozenset({Produces.QUANT}),
     reads_weight_only=True,  # W is only read: the engine hands over the layer's weight, not a copy
+    data_free=True,  # the engine skips the calibration path (toolkit/engine/data_free.py)
 )

@@ -132,7 +132,7 @@ def copy_metadata(reader: GGUFReader, writer: GGUFWriter, overrides: dict[str, t
 
 
 def structure_overrides(arch: str, config: Any) -> dict[str, tuple[Any, GGUFValueType, GGUFValueType | None]]:
-    """Keys the model's own config decides: layer count, head counts, FFN width, Gemma 3's sliding layers.
+    """Keys the model's own config decides: layer count, head counts and width, FFN width, Gemma 3's sliding layers.
 
     A depth run or a shrink that kept every layer alike changes them; the source's other keys stay.
     """
@@ -143,6 +143,10 @@ def structure_overrides(arch: str, config: Any) -> dict[str, tuple[Any, GGUFValu
         f"{arch}.attention.head_count_kv": (int(getattr(config, "num_key_value_heads", None)
                                                 or config.num_attention_heads), u32, None),
         f"{arch}.feed_forward_length": (int(config.intermediate_size), u32, None)}
+    head_dim = getattr(config, "head_dim", None)
+    if head_dim:  # llama.cpp takes n_embd / n_head otherwise, which a shrink that removed heads no longer equals
+        keys[f"{arch}.attention.key_length"] = (int(head_dim), u32, None)
+        keys[f"{arch}.attention.value_length"] = (int(head_dim), u32, None)
     layer_types = getattr(config, "layer_types", None)
     if arch == "gemma3" and layer_types:
         keys[f"{arch}.attention.sliding_window_pattern"] = (

@@ -17,7 +17,7 @@ from typing import Any
 
 from toolkit.data.text import SOURCES as TEXT_SOURCES
 from toolkit.data.text import check_text_source
-from toolkit.engine.options import DEVICES_AUTO, ERROR_MODES, FORWARD_DTYPES, FUSED, STORAGE_DTYPES
+from toolkit.engine.options import CALIBRATE, DEVICES_AUTO, ERROR_MODES, FORWARD_DTYPES, FUSED, STORAGE_DTYPES
 from toolkit.errors import ToolkitError
 from toolkit.evaluation.tasks import AUTO, SOURCES, check_limit, parse_task_names
 from toolkit.methods import get_method
@@ -66,6 +66,7 @@ class RunConfig:
     fused: str = "auto"  # sequential=group as one pass per layer: auto | on | off (same numbers, faster)
     error_windows: int = 4  # calibration windows behind the layer output error (see EngineConfig)
     error: str = "sample"  # the layer output error: sample (on error_windows windows) | none (not measured)
+    calibrate: str = "auto"  # auto: a data-free method (magnitude, RTN) runs no calibration pass | always: it does
     devices: str = "auto"  # layers pruned concurrently on these devices, e.g. "cuda:0,cuda:1" (propagate=dense)
     forward_dtype: str = "auto"  # layer passes: auto (bf16 on GPUs, fp32 on CPUs) | fp32 | bf16; statistics float32
     distributed: bool = False  # layers solved on the ranks of a torchrun job (propagate=dense)
@@ -105,10 +106,7 @@ class RunConfig:
         self._check_sources()
         if self.generate_tokens < 1:
             raise ToolkitError(f"--generate-tokens must be ≥ 1, got {self.generate_tokens}")
-        if self.fused not in FUSED or self.error_windows < 1:
-            raise ToolkitError(f"fused must be one of {', '.join(FUSED)} and error-windows ≥ 1")
-        if self.error not in ERROR_MODES:
-            raise ToolkitError(f"unknown --error {self.error!r}: use one of {', '.join(ERROR_MODES)}")
+        self._check_engine_choices()
         several = len(device_names(self.devices)) > 1
         if several and (self.propagate or spec.propagate) != "dense":
             raise ToolkitError("parallel layer pruning (--devices with several devices) needs --propagate dense")
@@ -119,6 +117,8 @@ class RunConfig:
         self._check_distributed(spec, several)
         self._check_plan(spec)
         self._check_stream(spec)
+        if self.uses_calibration():  # a data-free run reads no calibration text: an unused --calib is not refused
+            check_text_source(self.calib, self.encoding)
         if self.eval_windows is not None and self.eval_windows < 1:
             raise ToolkitError("eval-windows must be ≥ 1 (leave it out for all windows)")
         self._check_tasks()
@@ -126,7 +126,6 @@ class RunConfig:
     def _check_sources(self) -> None:
         """Model and texts readable; local files kept as absolute paths (the run record is read from anywhere)."""
         check_model_source(self.model)
-        check_text_source(self.calib, self.encoding)
         if self.eval_data:
             check_text_source(self.eval_data, self.encoding)
         if not self.model.startswith("tiny-") and not is_embedded(self.model):
@@ -143,6 +142,24 @@ class RunConfig:
         check_limit(self.task_limit, "--task-limit")
         if self.task_data not in SOURCES:
             raise ToolkitError(f"unknown task data source {self.task_data!r}: use one of {', '.join(SOURCES)}")
+
+    def uses_calibration(self) -> bool:
+        """Whether the run reads calibration text: not a data-free method in memory (toolkit/engine/data_free.py)."""
+        from toolkit.engine.data_free import needs_calibration  # torch: only once a config is checked
+        from toolkit.engine.state import EngineConfig
+
+        engine = EngineConfig(allocation=parse_allocation(self.allocation), refine=parse_refine(self.refine),
+                              calibrate=self.calibrate, distributed=self.distributed)
+        return self.stream or needs_calibration(get_method(self.method), self.compression, engine)
+
+    def _check_engine_choices(self) -> None:
+        """--fused, --error-windows, --error and --calibrate among their values (one line each)."""
+        if self.fused not in FUSED or self.error_windows < 1:
+            raise ToolkitError(f"fused must be one of {', '.join(FUSED)} and error-windows ≥ 1")
+        if self.error not in ERROR_MODES:
+            raise ToolkitError(f"unknown --error {self.error!r}: use one of {', '.join(ERROR_MODES)}")
+        if self.calibrate not in CALIBRATE:
+            raise ToolkitError(f"unknown --calibrate {self.calibrate!r}: use one of {', '.join(CALIBRATE)}")
 
     def _check_plan(self, spec: Any) -> None:
         """--allocation and --refine parsed, and refused where they have nothing to act on (one line each)."""
@@ -269,8 +286,8 @@ class RunConfig:
         if "quant_asked" in data:  # the group is fitted to the model, which the key names: match what was asked
             data.pop("quant")
         for volatile in ("out_dir", "save_model", "device", "batch_size", "eval_dense", "fused", "error_windows",
-                         "error", "devices", "compression", "schema", "generate", "generate_tokens", "threads",
-                         "distributed", "dist_timeout", "stream", "cwd"):
+                         "error", "calibrate", "devices", "compression", "schema", "generate", "generate_tokens",
+                         "threads", "distributed", "dist_timeout", "stream", "cwd"):
             data.pop(volatile)
         if not self.tasks:
             for name in ("tasks", "task_limit", "task_data"):

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from toolkit.data.text import CalibSpec, calibration_windows, eval_windows, load_tokens
+from toolkit.data.text import eval_windows, load_tokens
 from toolkit.engine.block.driver import check_block_budget
 from toolkit.engine.device_report import devices_label, gpu_peak_mb, reset_gpu_peak, used_devices
 from toolkit.engine.parallel import resolve_devices
@@ -37,6 +37,7 @@ from toolkit.models.stream import StreamedModel, open_streamed
 from toolkit.models.stream_quant import streamed_report
 from toolkit.run.accounting import Accounting, account, folder_bytes, linear_shapes
 from toolkit.run.bought import DensePrice, bought, dense_price, measures_speed
+from toolkit.run.calibration import calibration_of
 from toolkit.run.checks import check_context
 from toolkit.run.config import CancelToken, RunConfig
 from toolkit.run.evals import (
@@ -166,8 +167,7 @@ def prepare(config: RunConfig) -> Prepared:
     if config.save_model and config.quant is not None:
         check_savable(loaded.model, config.quant)
     bos = bos_id(loaded)
-    calib = CalibSpec(config.calib, config.nsamples, config.seqlen, config.seed)
-    calibration = calibration_windows(load_tokens(config.calib, "train", loaded.codec, config.encoding), calib, bos)
+    calibration, calibrated = calibration_of(config, loaded.codec, bos)  # none read by a data-free run
     test = None
     if config.eval_data:
         test = eval_windows(load_tokens(config.eval_data, "test", loaded.codec, config.encoding), config.eval_seqlen,
@@ -175,8 +175,7 @@ def prepare(config: RunConfig) -> Prepared:
     protocol = {
         "model_label": loaded.label,
         "threads": torch.get_num_threads(),
-        "calibration": {"source": calib.source, "split": "train", "nsamples": calib.num_samples,
-                        "seqlen": calib.seq_len, "seed": calib.seed, "tokens": int(calibration.numel())},
+        "calibration": calibrated,
         "evaluation": None if test is None else {
             "dataset": config.eval_data, "split": "test", "seqlen": config.eval_seqlen,
             "windows": int(test.shape[0]), "tokens": int(test.numel()), "all_windows": config.eval_windows is None},
@@ -192,8 +191,8 @@ def prepare(config: RunConfig) -> Prepared:
 
 def engine_config(config: RunConfig) -> EngineConfig:
     """The engine options of a :class:`toolkit.api.RunConfig`."""
-    same = ("propagate", "sequential", "batch_size", "device", "fused", "error_windows", "error", "devices",
-            "forward_dtype", "distributed")  # RunConfig's fields of the same names
+    same = ("propagate", "sequential", "batch_size", "device", "fused", "error_windows", "error", "calibrate",
+            "devices", "forward_dtype", "distributed")  # RunConfig's fields of the same names
     return EngineConfig(**{name: getattr(config, name) for name in same},
                         allocation=parse_allocation(config.allocation), refine=parse_refine(config.refine))
 
@@ -229,7 +228,7 @@ def _run(config: RunConfig, run: Prepared, writer: RunWriter, record: Callable[[
     stage.name = "dense evaluation"
     dense_ppl, dense_cached = _dense_eval(config, run, record, ticks)
     dense = _dense_extras(config, run, record, ticks)
-    price = dense_price(model, run.device, run.calibration[0], shrinks=run.spec.scope is Scope.BLOCK,  # before pruning
+    price = dense_price(model, run.device, run.calibration[:1], shrinks=run.spec.scope is Scope.BLOCK,  # before pruning
                         progress=ticks.callback("dense", "speed"))
     stage.name = "compression"
     before = linear_shapes(model)

@@ -16,8 +16,9 @@ from toolkit.runtime.placement import storage_dtype
 from toolkit.runtime.precision import DTYPE_NAMES
 from toolkit.store.runs import SCHEMA, StoredQuant
 
+NO_CALIBRATION = "no calibration"  # the layer error's mode in a data-free run (toolkit/engine/data_free.py)
 LAYER_FIELDS = ("layer", "name", "shape", "sparsity", "rel_error", "rel_error_dense", "seconds", "bits",
-                "quant_rel_error", "params_before", "params_after")
+                "quant_rel_error", "params_before", "params_after", "weight_rel_error")
 
 
 def result_record(config: RunConfig, run: Any, result: EngineResult, accounting: Accounting, ppl: dict,
@@ -58,7 +59,8 @@ def result_record(config: RunConfig, run: Any, result: EngineResult, accounting:
         "layers": [{key: record.get(key) for key in LAYER_FIELDS} for record in result.layers],
         "allocation": result.allocation or {"kind": "uniform", "label": "uniform"},
         "refine": refine_summary(run.engine_cfg.refine, result.layers),
-        "layer_error": layer_error_record(run.engine_cfg.error, result),
+        "layer_error": layer_error_record(run.engine_cfg.error if run.protocol["calibration"].get("used", True)
+                                          else NO_CALIBRATION, result),
         "versions": versions(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
@@ -67,12 +69,13 @@ def result_record(config: RunConfig, run: Any, result: EngineResult, accounting:
 def layer_error_record(mode: str, result: EngineResult) -> dict[str, Any]:
     """The layer output error's protocol and values (result.json ``layer_error``).
 
-    ``mode`` (``sample`` | ``none``), ``measured``, ``windows`` (the most calibration windows one layer's
-    error covered) and ``per_layer`` (LayerDone's, in layer order). Not measured (``--error none``):
+    ``mode`` (``sample`` | ``none`` | ``no calibration``: a data-free run computed no input), ``measured``,
+    ``windows`` (the most calibration windows one layer's error covered) and ``per_layer`` (LayerDone's, in
+    layer order). Not measured (``--error none``, ``no calibration``):
     ``windows`` and ``per_layer`` are null, never 0 or NaN. Block-scope runs report their errors in the
     events only (``windows`` and ``per_layer`` null there).
     """
-    measured = mode != "none"
+    measured = mode not in ("none", NO_CALIBRATION)
     values = [result.layer_errors[i] for i in sorted(result.layer_errors)] if measured else []
     return {"mode": mode, "measured": measured, "windows": result.error_windows if measured else None,
             "per_layer": values or None}

@@ -88,12 +88,12 @@ def layer_errors_figure(methods: Sequence[MethodMaterial]) -> go.Figure:
     layout = base_layout(title, 420, xaxis=xaxis, yaxis={"title": {"text": "relative error"}, "type": "log"})
     if unmeasured:
         layout["annotations"] = [note(f"not drawn for {', '.join(unmeasured)}: layer output error not measured, "
-                                      "the run used --error none", y=1.06)]
+                                      "the run used --error none or no calibration", y=1.06)]
     return figure(data, layout)
 
 
 def _unmeasured(material: MethodMaterial) -> bool:
-    """True when every finished layer of ``material`` has no output error (its run used ``--error none``)."""
+    """True when every finished layer of ``material`` has no output error (``--error none``, or a data-free run)."""
     return bool(material.layers) and all(e.output_rel_error is None for e in material.layers)
 
 

@@ -67,7 +67,7 @@ def lesson_configs(model: str, runs_dir: str, methods: Sequence[str] = METHODS) 
     return [RunConfig(model=model, method=method, sparsity=Unstructured(SPARSITY), calib="wiki",
                       nsamples=CLASS.nsamples, seqlen=CLASS.seqlen, eval_data="wiki", eval_seqlen=CLASS.eval_seqlen,
                       eval_windows=CLASS.eval_windows, eval_dense=True, generate=True, generate_tokens=GENERATE_TOKENS,
-                      error_windows=ERROR_WINDOWS,
+                      error_windows=ERROR_WINDOWS, calibrate="always",  # magnitude's output error, beside the others'
                       threads=THREADS, options=dict(OPTIONS.get(method, {})), out_dir=runs_dir)
             for method in methods]
 

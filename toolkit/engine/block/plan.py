@@ -213,7 +213,8 @@ def _uniform(layers: list[LayerCandidates], pool: _Pool, removed: Tensor, keep: 
     """Same removal count per layer: the global head count / layers, each layer's lowest first.
 
     Under ``param_weighted`` the channel count then fills the rest of the parameter budget. Counts
-    are rounded to the nearest whole unit, or down under ``budget=at_most``.
+    are rounded to the nearest whole unit, or down under ``budget=at_most``; with ``channel_multiple`` the
+    channels kept are rounded to a multiple of it (:func:`_whole_multiple`).
     """
     share: Callable[[float], int] = math.floor if cfg.budget == "at_most" else round
     per_layer: dict[str, int] = {}
@@ -224,12 +225,26 @@ def _uniform(layers: list[LayerCandidates], pool: _Pool, removed: Tensor, keep: 
         heads_cost = per_layer["heads"] * sum(layer.head_cost for layer in layers)
         left = ratio * float(pool.cost.sum()) - heads_cost
         per_layer["channels"] = max(share(left / sum(layer.channel_cost for layer in layers)), 0)
+    channels = layers[0].scores.channels
+    if "channels" in per_layer and channels is not None and cfg.channel_multiple > 1:
+        per_layer["channels"] = _whole_multiple(channels.numel(), per_layer["channels"], cfg.channel_multiple,
+                                                cfg.budget == "at_most")
     for kind, count in per_layer.items():
         least = cfg.min_heads if kind == "heads" else cfg.min_channels
         for number, layer in enumerate(layers):
             groups = layer.head_groups if kind == "heads" else None
             keep[kind][number] = _drop_lowest(getattr(layer.scores, kind).float().cpu(), count, least, groups,
                                               share)
+
+
+def _whole_multiple(width: int, removed: int, multiple: int, at_most: bool) -> int:
+    """The channels to remove so that the width kept is a whole multiple of ``multiple``.
+
+    The multiple nearest the plan's kept width (under ``budget=at_most`` the one above: fewer removed, so the
+    budget still holds), never less than one multiple, never more than the width.
+    """
+    kept = min(max((math.ceil if at_most else round)((width - removed) / multiple), 1) * multiple, width)
+    return max(width - kept, 0)
 
 
 def _drop_lowest(raw: Tensor, count: int, least: int, groups: Tensor | None,

@@ -49,6 +49,8 @@ class BlockConfig:
                       "fewer parameters go than planned: a warning says how many)", GQA_MODES)
     uniform: bool = option(False, "every layer keeps the same head and channel counts (a standard HF config "
                            "loads the result); default: counts differ per layer")
+    channel_multiple: int = option(1, "with uniform=true: the MLP channels every layer keeps rounded to a multiple "
+                                   "of this (32: GGUF's 4-bit blocks, docs/serving.md; 64 or 128 for GPU kernels)")
     min_heads: int = option(1, "head units every layer keeps at least")
     min_channels: int = option(1, "MLP channels every layer keeps at least")
     compensate: str = option("least_squares", "update of o_proj/down_proj for the removed inputs: least_squares "
@@ -64,6 +66,11 @@ class BlockConfig:
     def __post_init__(self) -> None:
         if self.min_heads < 1 or self.min_channels < 1:
             raise ToolkitError("min_heads and min_channels must be ≥ 1: a layer never loses every head or channel")
+        if self.channel_multiple < 1:
+            raise ToolkitError(f"channel_multiple must be ≥ 1, got {self.channel_multiple}")
+        if self.channel_multiple > 1 and not self.uniform:
+            raise ToolkitError("channel_multiple rounds the one channel count every layer keeps: add --set "
+                               "uniform=true")
         if self.damp_frac < 0:
             raise ToolkitError(f"damp_frac must be ≥ 0, got {self.damp_frac}")
 
