@@ -44,11 +44,13 @@ def test_shared_scale_two_stage_saves_sparse_and_reloads_at_its_perplexity(
                for a, b in zip(saved.model.layers, dense.model.layers, strict=True))  # the scales went into the norms
 
 
-def test_shared_scale_changes_the_solution_and_own_scales_refuse_to_save(tmp_path: Path) -> None:
+def test_shared_scale_changes_the_solution_and_own_scales_refuse_to_save(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ToolkitError, match="add --set scale=shared"):
         RunConfig(model="tiny-llama", method="wanda+awq", sparsity="50%", quant="int4", save_model=True)
     own = json.loads((_run(tmp_path, "--method", "awq+wanda", "--sparsity", "50%", "--quant", "int4:g32")
                       / "result.json").read_text())
+    assert "--set scale=shared shares and folds one per group, and saves" in capsys.readouterr().out
     shared = json.loads((_run(tmp_path, "--method", "awq+wanda", "--sparsity", "50%", "--quant", "int4:g32",
                               "--set", "scale=shared") / "result.json").read_text())
     assert own["ppl"]["wiki"] != shared["ppl"]["wiki"]  # the group solve ran, not the per-linear one

@@ -276,8 +276,9 @@ def _prune(args: argparse.Namespace) -> int:
     # a quantization whose states no checkpoint format holds (AWQ) is never saved: say why, not "add --save-model"
     method = get_method(args.method)
     unsavable = compression.quant is not None and not method.saves(method.make_config(config.options))
+    fold = "; --set scale=shared shares and folds one per group, and saves" if method.savable is not None else ""
     not_saved = (f"{args.method} states need their input scale folded into the preceding op, which no checkpoint "
-                 "format holds (the run record has the codes and scales)") if unsavable else ""
+                 f"format holds (the run record has the codes and scales){fold}") if unsavable else ""
     start = protocol_line(sizes, eval_data)
     if config.distributed:
         from toolkit.cli.distributed import prune_distributed
