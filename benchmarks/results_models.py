@@ -52,6 +52,7 @@ FINDINGS: tuple[tuple[str, str, str], ...] = (
     ("Thanos against SparseGPT at 2:4", "thanos@2:4", "sparsegpt@2:4"),
     ("SparseGPT against Wanda at 60 %", "sparsegpt@60%", "wanda@60%"),
     ("Thanos against SparseGPT at 60 %", "thanos@60%", "sparsegpt@60%"),
+    ("Thanos against SparseGPT at 70 %", "thanos@70%", "sparsegpt@70%"),
     ("`--permute` on Wanda 2:4", "wanda@2:4 +permute", "wanda@2:4"),
     ("`--permute` on SparseGPT 2:4", "sparsegpt@2:4 +permute", "sparsegpt@2:4"),
     ("GPTQ against RTN at INT3", "gptq@int3", "rtn@int3"),
