@@ -188,6 +188,8 @@ def test_a_structured_run_shows_the_ranking_and_kept_panels(url: str, chromium: 
     assert page.locator("#run-ranking .scatterlayer .trace").count() == 2  # heads and channels, coloured apart
     assert page.locator("#run-ranking .shapelayer path").count() >= 1  # the threshold line
     assert "threshold η" in page.inner_text("#run-ranking")
+    # the kept maps are another figure of that update: on a busy machine they may draw a moment after the ranking
+    page.wait_for_function("() => document.querySelectorAll('#run-kept g.hm').length === 2", timeout=30_000)
     assert page.locator("#run-kept g.hm").count() == 2  # layer × head and layer × channel maps
     kept = page.inner_text("#run-kept")
     assert re.search(r"heads \(by index\): \d+ of \d+ kept", kept), kept
