@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,15 +10,11 @@ from benchmarks import results_frontier
 from benchmarks.results_frontier import FILE, PNG, render_frontier
 from benchmarks.results_read import RESULTS, protocol_lines
 from tests.figures.frontier_records import RECORDS
-
-
-def _jsonl(path: Path, records: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return path
+from tests.helpers.records import write_jsonl
 
 
 def test_the_table_gives_each_output_its_figures_and_its_place_on_the_fronts(tmp_path: Path) -> None:
-    lines = render_frontier([_jsonl(tmp_path / "frontier.jsonl", RECORDS)])
+    lines = render_frontier([write_jsonl(tmp_path / "frontier.jsonl", RECORDS)])
     rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ")}
     assert rows["dense"] == ("| dense | 20.00 (1.00×) | 500.0 | 20.0 (1.00×) | 100.0 (1.00×) | yes | yes | "
                              "dense source (`abc1234`) |")
@@ -40,20 +35,20 @@ def test_the_front_follows_the_numbers_not_the_names(tmp_path: Path) -> None:
     faster = [dict(r) for r in RECORDS]
     faster[3] = {**faster[3], "ppl": 22.0, "speed": {**faster[3]["speed"], "decode_tokens_per_s": {"1": 40.0,
                                                                                                    "8": 200.0}}}
-    text = "\n".join(render_frontier([_jsonl(tmp_path / "frontier.jsonl", faster)]))
+    text = "\n".join(render_frontier([write_jsonl(tmp_path / "frontier.jsonl", faster)]))
     # slow one is now better than numerical 20% and depth 8 layers on both perplexity and speed
     assert "relative to dense): **dense, slow one**. Behind it: numerical 20%, depth 8 layers." in text
 
 
 def test_a_size_nobody_measured_says_so_rather_than_inventing_one(tmp_path: Path) -> None:
     unknown = {**RECORDS[0], "bytes_on_disk": None, "bytes_estimated": None}
-    row = next(line for line in render_frontier([_jsonl(tmp_path / "f.jsonl", [unknown, RECORDS[1]])])
+    row = next(line for line in render_frontier([write_jsonl(tmp_path / "f.jsonl", [unknown, RECORDS[1]])])
                if line.startswith("| dense"))
     assert "| 20.00 (1.00×) | not measured | 20.0 (1.00×) |" in row and row.count("| – |") == 1  # no size front
 
 
 def test_no_record_says_so(tmp_path: Path) -> None:
-    assert "No frontier measurement yet" in render_frontier([_jsonl(tmp_path / "empty.jsonl", [])])[0]
+    assert "No frontier measurement yet" in render_frontier([write_jsonl(tmp_path / "empty.jsonl", [])])[0]
 
 
 def test_the_records_protocol_lines_read_a_dense_record_without_calibration() -> None:
@@ -65,7 +60,7 @@ def test_the_records_protocol_lines_read_a_dense_record_without_calibration() ->
 def test_the_png_is_drawn_from_the_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(results_frontier, "RESULTS", tmp_path)
     assert results_frontier.draw_png(tmp_path / "f.png") is None  # no records: nothing written
-    _jsonl(tmp_path / FILE, RECORDS)
+    write_jsonl(tmp_path / FILE, RECORDS)
     written = results_frontier.draw_png(tmp_path / "f.png")
     assert written is not None and written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks import results_llamacpp
 from benchmarks.results_llamacpp import render_llamacpp
+from tests.helpers.records import write_jsonl
 
 PROTOCOL = {"windows": 40, "seqlen": 512, "threads": 1, "prompt_tokens": 128, "new_tokens": 64, "repeats": 5}
 
@@ -29,13 +30,8 @@ RECORDS = [
 ]
 
 
-def _jsonl(path: Path, records: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return path
-
-
 def test_each_output_gets_its_place_on_the_served_fronts(tmp_path: Path) -> None:
-    lines = render_llamacpp([_jsonl(tmp_path / "llamacpp_tiny.jsonl", RECORDS)])
+    lines = render_llamacpp([write_jsonl(tmp_path / "llamacpp_tiny.jsonl", RECORDS)])
     rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ")}
     assert rows["dense F16"].endswith("| – | yes | yes |")  # the slowest and biggest, but the best
     assert rows["gptq int4:g32:sym"].endswith("| yes | yes |")
@@ -55,7 +51,7 @@ def test_the_figures_are_drawn_per_model_from_the_records(tmp_path: Path, monkey
     monkeypatch.setattr(results_llamacpp, "ROOT", tmp_path)
     (tmp_path / "docs").mkdir()
     assert results_llamacpp.draw_pngs() == []  # no records: nothing drawn
-    _jsonl(tmp_path / "llamacpp_tiny.jsonl", RECORDS)
+    write_jsonl(tmp_path / "llamacpp_tiny.jsonl", RECORDS)
     (written,) = results_llamacpp.draw_pngs()
     assert written == tmp_path / "docs" / "frontier_llamacpp_tiny.png"
     assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

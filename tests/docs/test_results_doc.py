@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 from benchmarks.results_render import digest_rows, digest_table, render_ppl_grid, render_runs
+from tests.helpers.records import write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,11 +22,6 @@ def _record(**overrides: object) -> dict:
     return record
 
 
-def _jsonl(path: Path, records: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return path
-
-
 def test_committed_page_is_up_to_date() -> None:
     done = subprocess.run([sys.executable, "-m", "benchmarks.results_doc", "--check"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
@@ -34,7 +29,7 @@ def test_committed_page_is_up_to_date() -> None:
 
 
 def test_grid_row_from_a_synthetic_record(tmp_path: Path) -> None:
-    path = _jsonl(tmp_path / "cpu_full_tiny.jsonl",
+    path = write_jsonl(tmp_path / "cpu_full_tiny.jsonl",
                   [_record(), _record(run="fista@2:4:xi=0.1", method="fista", sparsity="2:4", options={"xi": "0.1"},
                                       ppl={"wiki": 30.0}, achieved_sparsity=0.45)])
     lines = render_ppl_grid([path])
@@ -46,7 +41,7 @@ def test_grid_row_from_a_synthetic_record(tmp_path: Path) -> None:
 
 
 def test_timing_rows_keep_repeats(tmp_path: Path) -> None:
-    path = _jsonl(tmp_path / "speed.jsonl", [_record(ppl={}), _record(ppl={}, prune_seconds=39.04)])
+    path = write_jsonl(tmp_path / "speed.jsonl", [_record(ppl={}), _record(ppl={}, prune_seconds=39.04)])
     lines = render_runs([path])
     assert lines[2:] == ["| wanda@50% |  | 41.6 | 50.0 |  |  | 2048 |  |",
                          "| wanda@50% |  | 39.0 | 50.0 |  |  | 2048 |  |"]

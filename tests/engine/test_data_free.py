@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
-from torch import nn
 
 from app.views import result_markdown
+from tests.helpers.counted_prune import prune_counting
 from toolkit.cli.main import main
-from toolkit.data.text import CalibSpec, calibration_windows
 from toolkit.engine.data_free import needs_calibration
-from toolkit.engine.prune import prune_layers
 from toolkit.engine.state import EngineConfig
 from toolkit.errors import ToolkitError
 from toolkit.events import LayerDone, SublayerPruned
@@ -27,32 +24,10 @@ from toolkit.figures.registry import figure
 from toolkit.figures.run import NO_CALIBRATION, WEIGHT_ERROR_TITLE
 from toolkit.live.view import fold
 from toolkit.methods import get_method
-from toolkit.models.layers import decoder_layers
 from toolkit.models.load import load_model
 from toolkit.spec.allocation import parse_allocation
-from toolkit.spec.compression import Compression, parse_compression
+from toolkit.spec.compression import parse_compression
 from toolkit.store.runs import list_runs
-
-
-def _windows() -> torch.Tensor:
-    tokens = torch.randint(0, 256, (4000,), generator=torch.Generator().manual_seed(3))
-    return calibration_windows(tokens, CalibSpec("x", 6, 32, 0))
-
-
-def _prune(model: nn.Module, method: str, compression: Compression, **engine: Any) -> tuple[list, int]:
-    """Prune ``model`` in place; returns (events, completed forwards of the decoder layers)."""
-    spec = get_method(method)
-    events: list = []
-    completed = [0]
-    handles = [layer.register_forward_hook(lambda *_: completed.__setitem__(0, completed[0] + 1))
-               for layer in decoder_layers(model)]
-    try:
-        prune_layers(model, _windows(), spec, compression, spec.make_config(), emit=events.append,
-                     cfg=EngineConfig(batch_size=2, device="cpu", error_windows=2, **engine))
-    finally:
-        for handle in handles:
-            handle.remove()
-    return events, completed[0]
 
 
 @pytest.mark.parametrize(("family", "method", "compression"), [
@@ -64,8 +39,8 @@ def test_no_forward_runs_and_the_weights_equal_the_calibrated_path(family: str, 
     parsed = parse_compression(None if compression.startswith("int") else compression,
                                compression if compression.startswith("int") else None, None)
     free, calibrated = load_model(family).model, load_model(family).model
-    events, forwards = _prune(free, method, parsed)
-    reference, reference_forwards = _prune(calibrated, method, parsed, calibrate="always")
+    events, forwards = prune_counting(free, method, parsed)
+    reference, reference_forwards = prune_counting(calibrated, method, parsed, calibrate="always")
     assert forwards == 0 and reference_forwards > 0
     for (name, x), (_, y) in zip(free.state_dict().items(), calibrated.state_dict().items(), strict=True):
         assert torch.equal(x, y), name

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from tests.helpers import block_models
-from toolkit.data.text import CalibSpec, calibration_windows
+from tests.helpers.counted_prune import prune_counting, synthetic_windows
 from toolkit.engine.prune import prune_layers
 from toolkit.engine.state import EngineConfig
 from toolkit.errors import ToolkitError
@@ -28,25 +28,9 @@ from toolkit.spec.compression import parse_compression
 from toolkit.spec.targets import Unstructured
 
 
-def _windows(num: int = 6, seq: int = 32) -> torch.Tensor:
-    tokens = torch.randint(0, 256, (4000,), generator=torch.Generator().manual_seed(3))
-    return calibration_windows(tokens, CalibSpec("x", num, seq, 0))
-
-
 def _prune(model: nn.Module, method: str, **engine: Any) -> tuple[list, int]:
-    """Prune ``model`` in place; returns (events, completed forwards of the decoder layers)."""
-    spec = get_method(method)
-    events: list = []
-    completed = [0]
-    handles = [layer.register_forward_hook(lambda *_: completed.__setitem__(0, completed[0] + 1))
-               for layer in decoder_layers(model)]
-    try:
-        prune_layers(model, _windows(), spec, Unstructured(0.5), spec.make_config(), emit=events.append,
-                     cfg=EngineConfig(batch_size=2, device="cpu", error_windows=2, **engine))
-    finally:
-        for handle in handles:
-            handle.remove()
-    return events, completed[0]
+    """Prune ``model`` in place at 50 %; returns (events, completed forwards of the decoder layers)."""
+    return prune_counting(model, method, Unstructured(0.5), **engine)
 
 
 def _assert_same_weights(a: nn.Module, b: nn.Module) -> None:
@@ -127,8 +111,8 @@ def test_depth_error_none_reports_no_layer_error() -> None:
     model = load_model("tiny-llama").model
     spec = get_method("depth")
     events: list = []
-    prune_layers(model, _windows(), spec, parse_compression("structured:1 layer", None, None), spec.make_config(),
-                 emit=events.append, cfg=EngineConfig(batch_size=2, device="cpu", error="none"))
+    prune_layers(model, synthetic_windows(), spec, parse_compression("structured:1 layer", None, None),
+                 spec.make_config(), emit=events.append, cfg=EngineConfig(batch_size=2, device="cpu", error="none"))
     done = [e for e in events if isinstance(e, LayerDone)]
     assert done and all(e.output_rel_error is None for e in done)
 
@@ -145,9 +129,9 @@ def test_the_sample_is_error_windows_windows_fused_or_not() -> None:
         model = load_model("tiny-llama").model
         spec = get_method("sparsegpt")
         events: list = []
-        result = prune_layers(model, _windows(), spec, Unstructured(0.5), spec.make_config({"damp_frac": "0.1"}),
-                              emit=events.append, cfg=EngineConfig(batch_size=2, device="cpu", error_windows=2,
-                                                                   fused=fused))
+        result = prune_layers(model, synthetic_windows(), spec, Unstructured(0.5),
+                              spec.make_config({"damp_frac": "0.1"}), emit=events.append,
+                              cfg=EngineConfig(batch_size=2, device="cpu", error_windows=2, fused=fused))
         errors.append([e.output_rel_error for e in events if isinstance(e, LayerDone)])
         windows.append(result.error_windows)
     assert windows == [2, 2]
@@ -165,7 +149,7 @@ def test_a_streamed_run_with_error_none_writes_the_sampled_runs_shards(tmp_path:
     shards, errors = [], []
     for error in ("sample", "none"):
         events: list = []
-        prune_streaming(open_streamed(source), tmp_path / error, _windows(), spec, Unstructured(0.5),
+        prune_streaming(open_streamed(source), tmp_path / error, synthetic_windows(), spec, Unstructured(0.5),
                         spec.make_config(), cfg=EngineConfig(device="cpu", batch_size=2, error=error),
                         emit=events.append)
         shards.append({p.name: p.read_bytes() for p in sorted((tmp_path / error).glob("*.safetensors"))})
