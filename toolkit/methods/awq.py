@@ -215,6 +215,11 @@ def group_input_scale(weights: dict[str, Tensor], stats: LinearStats, spec: Quan
     return None
 
 
+def unit_scale(W: Tensor) -> tuple[Tensor, float]:
+    """(s = 1, α = 0) for W's inputs: the scale of a group whose input scale cannot be folded."""
+    return torch.ones(W.shape[1], device=W.device), 0.0
+
+
 def grid_of(state: ScaledQuantState, scale: tuple[Tensor, float] | None) -> QuantState:
     """The state the engine stores: scaled (s folded later) when the group has a scale, its plain grid when s = 1."""
     return state if scale is not None else QuantState(state.codes, state.scales, state.zeros, state.spec)
@@ -234,7 +239,7 @@ def quantize_group(weights: dict[str, Tensor], stats: LinearStats, target: Targe
     shared = group_input_scale(weights, stats, spec, cfg, ctx)
     results = {}
     for name, W in weights.items():
-        state, info = awq_state(W, stats, spec, cfg, name, shared or (torch.ones(W.shape[1], device=W.device), 0.0))
+        state, info = awq_state(W, stats, spec, cfg, name, shared or unit_scale(W))
         grid = grid_of(state, shared)
         results[name] = PruneResult(weight=effective_weight(grid), keep_mask=all_kept(W), info=info | {
             "scale": "shared" if shared is not None else "left out"}, quant=grid)

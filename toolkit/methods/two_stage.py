@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from toolkit.methods import awq, wanda
@@ -80,10 +79,6 @@ def _group_setup(weights: dict[str, Tensor], stats: LinearStats, target: Target 
     return sparse, spec, weights, stats_on(checked_gram(weights[next(iter(weights))], stats, ctx, method), stats)
 
 
-def _unit_scale(W: Tensor) -> tuple[Tensor, float]:
-    return torch.ones(W.shape[1], device=W.device), 0.0
-
-
 def prune_then_quantize(W: Tensor, stats: LinearStats, target: Target | None, cfg: TwoStageConfig,
                         ctx: SolveContext) -> PruneResult:
     """Wanda, then AWQ on the pruned weight (``wanda+awq``)."""
@@ -119,7 +114,7 @@ def prune_then_quantize_group(weights: dict[str, Tensor], stats: LinearStats, ta
     scale = awq.group_input_scale(masked, stats, spec, cfg.awq(), ctx)
     results = {}
     for name, W in masked.items():
-        state, info = awq.awq_state(W, stats, spec, cfg.awq(), name, scale or _unit_scale(W))
+        state, info = awq.awq_state(W, stats, spec, cfg.awq(), name, scale or awq.unit_scale(W))
         results[name] = _finish(state, keeps[name], info, "wanda+awq", scale, shared=True)
     return results
 
@@ -135,7 +130,7 @@ def quantize_then_prune_group(weights: dict[str, Tensor], stats: LinearStats, ta
     scale = awq.group_input_scale(weights, stats, spec, cfg.awq(), ctx)
     results = {}
     for name, W in weights.items():
-        state, info = awq.awq_state(W, stats, spec, cfg.awq(), name, scale or _unit_scale(W))
+        state, info = awq.awq_state(W, stats, spec, cfg.awq(), name, scale or awq.unit_scale(W))
         keep = wanda.prune(awq.effective_weight(state), stats, sparse, wanda.WandaConfig(), ctx).keep_mask
         results[name] = _finish(state, keep, info, "awq+wanda", scale, shared=True)
     return results
